@@ -1,0 +1,1 @@
+"""Protocol adapters: Workers AI and OpenAI. They translate and hold no logic."""

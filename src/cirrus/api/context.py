@@ -1,0 +1,14 @@
+"""What a route handler needs from the running node, looked up from the request (no globals)."""
+
+from starlette.requests import Request
+
+from cirrus.platform import Platform
+
+
+def platform_of(request: Request) -> Platform:
+    platform: Platform = request.app.state.platform
+    return platform
+
+
+def request_id_of(request: Request) -> str:
+    return str(request.scope.get("state", {}).get("request_id", ""))

@@ -1,0 +1,1 @@
+"""OpenAI-compatible API under /v1: chat completions, completions, models."""

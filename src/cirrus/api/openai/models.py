@@ -1,0 +1,31 @@
+"""GET /v1/models and /v1/models/{model}."""
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from cirrus.api.context import platform_of
+from cirrus.catalog import CatalogEntry
+
+router = APIRouter(tags=["OpenAI"])
+
+
+def _model(entry: CatalogEntry) -> dict[str, Any]:
+    return {"id": entry.spec.id, "object": "model", "created": 0, "owned_by": entry.spec.id.split("/")[1],
+            "installed": entry.installed, "context_window": entry.spec.context_window}
+
+
+async def list_models(request: Request) -> dict[str, Any]:
+    return {"object": "list", "data": [_model(entry) for entry in platform_of(request).catalog.entries()]}
+
+
+async def get_model(model: str, request: Request) -> dict[str, Any]:
+    catalog = platform_of(request).catalog
+    spec = catalog.get(model)
+    return _model(CatalogEntry(spec, catalog.is_installed(spec)))
+
+
+for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
+    router.add_api_route(f"{_prefix}/models", list_models, methods=["GET"], summary="List models (OpenAI)")
+    router.add_api_route(f"{_prefix}/models/{{model:path}}", get_model, methods=["GET"],
+                         summary="Retrieve a model (OpenAI)")

@@ -1,0 +1,1 @@
+"""Workers AI's REST API: /ai/run/{model} and /ai/models/search."""

@@ -1,0 +1,46 @@
+"""POST /ai/run/{model}: Workers AI's one call."""
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from cirrus.api.context import platform_of, request_id_of
+from cirrus.api.sse import DONE, sse_data, unless_disconnected
+from cirrus.api.workers_ai.schemas import TextGenerationInput, envelope, usage_dict
+from cirrus.errors import CirrusError
+from cirrus.runtime.events import TextDelta
+from cirrus.service import Generation, InferenceRequest
+
+router = APIRouter(tags=["Workers AI"])
+
+
+async def _events(generation: Generation) -> AsyncIterator[bytes]:
+    try:
+        async for event in generation:
+            if isinstance(event, TextDelta):
+                yield sse_data({"response": event.text})
+            else:
+                yield sse_data({"response": "", "usage": usage_dict(event.usage)})
+        yield DONE
+    except CirrusError as error:
+        yield sse_data({"success": False, "errors": [{"code": error.code, "message": error.message}]})
+
+
+async def run_model(model: str, body: TextGenerationInput, request: Request) -> Any:
+    platform = platform_of(request)
+    spec = platform.catalog.require_installed(model)
+    inference = InferenceRequest(request_id_of(request), spec.id,
+                                 body.generation_input(spec.max_tokens_default), body.keep_alive_s())
+    if body.stream:
+        generation = await platform.service.start(inference)
+        return StreamingResponse(_events(generation), media_type="text/event-stream")
+    completion = await unless_disconnected(request, platform.service.complete(inference))
+    return envelope({"response": completion.text, "usage": usage_dict(completion.usage)})
+
+
+_RUN = {"summary": "Run a model (Workers AI)", "responses": {200: {"description": "result envelope or SSE"}}}
+router.add_api_route("/ai/run/{model:path}", run_model, methods=["POST"], **_RUN)
+router.add_api_route("/client/v4/accounts/{account_id}/ai/run/{model:path}", run_model, methods=["POST"],
+                     **_RUN)

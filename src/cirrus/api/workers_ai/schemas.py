@@ -1,0 +1,77 @@
+"""Workers AI text-generation input, with the ranges Workers AI documents, and its result shape."""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from cirrus.api.keep_alive import parse_keep_alive
+from cirrus.runtime.params import GenerationInput, SamplingParams, Usage
+
+MAX_PROMPT_CHARS = 131072
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = Field(max_length=MAX_PROMPT_CHARS)
+
+
+class TextGenerationInput(BaseModel):
+    """`prompt` (optionally `raw`) or `messages`, plus sampling options."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: str | None = Field(default=None, min_length=1, max_length=MAX_PROMPT_CHARS)
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
+    raw: bool = False
+    stream: bool = False
+    max_tokens: int | None = Field(default=None, ge=1, le=131072)
+    temperature: float = Field(default=0.6, ge=0, le=5)
+    top_p: float = Field(default=1.0, ge=0, le=2)
+    top_k: int = Field(default=40, ge=1, le=50)
+    seed: int | None = Field(default=None, ge=0, le=9999999999)
+    repetition_penalty: float = Field(default=1.0, ge=0, le=2)
+    frequency_penalty: float = Field(default=0.0, ge=0, le=2)
+    presence_penalty: float = Field(default=0.0, ge=0, le=2)
+    stop: list[str] | None = Field(default=None, max_length=16)
+    keep_alive: float | str | None = Field(default=None, description="seconds, or a duration such as '5m'")
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _valid_keep_alive(cls, value: float | str | None) -> float | str | None:
+        parse_keep_alive(value)
+        return value
+
+    @model_validator(mode="after")
+    def _prompt_or_messages(self) -> "TextGenerationInput":
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("send exactly one of 'prompt' or 'messages'")
+        return self
+
+    def generation_input(self, default_max_tokens: int) -> GenerationInput:
+        sampling = SamplingParams(
+            max_tokens=self.max_tokens or default_max_tokens, temperature=self.temperature, top_p=self.top_p,
+            top_k=self.top_k, seed=self.seed, repetition_penalty=self.repetition_penalty,
+            frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
+            stop=tuple(self.stop or ()),
+        )
+        messages = tuple(m.model_dump(exclude_none=True) for m in self.messages) if self.messages else None
+        return GenerationInput(prompt=self.prompt, messages=messages, raw=self.raw, sampling=sampling)
+
+    def keep_alive_s(self) -> float | None:
+        return parse_keep_alive(self.keep_alive)
+
+
+def usage_dict(usage: Usage) -> dict[str, int]:
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens}
+
+
+def envelope(result: Any) -> dict[str, Any]:
+    return {"result": result, "success": True, "errors": [], "messages": []}

@@ -1,0 +1,65 @@
+"""The set of models a server offers, loaded from TOML."""
+
+import tomllib
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from cirrus.catalog.artifacts import locate
+from cirrus.catalog.spec import ModelSpec
+from cirrus.errors import ModelNotInstalled, NoSuchModel
+
+DEFAULT_MODEL = "@cf/huggingface/smollm2-135m-instruct"
+
+
+class CatalogError(ValueError):
+    """The catalog file itself is wrong."""
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    spec: ModelSpec
+    installed: bool
+
+
+class Catalog:
+    def __init__(self, specs: list[ModelSpec], cache_dir: Path) -> None:
+        self._specs = {spec.id: spec for spec in specs}
+        self.cache_dir = cache_dir
+
+    def entries(self) -> list[CatalogEntry]:
+        return [CatalogEntry(spec, self.is_installed(spec)) for spec in self._specs.values()]
+
+    def is_installed(self, spec: ModelSpec) -> bool:
+        return locate(spec.artifact, self.cache_dir) is not None
+
+    def get(self, model_id: str) -> ModelSpec:
+        spec = self._specs.get(model_id)
+        if spec is None:
+            raise NoSuchModel(f"No such model {model_id} or task", param="model")
+        return spec
+
+    def require_installed(self, model_id: str) -> ModelSpec:
+        spec = self.get(model_id)
+        if not self.is_installed(spec):
+            hint = f"; install it with: {spec.install_hint}" if spec.install_hint else ""
+            raise ModelNotInstalled(
+                f"Model {model_id} is not installed: {spec.artifact.describe()} was not found{hint}",
+                param="model",
+            )
+        return spec
+
+
+def load_catalog(path: Path | None, cache_dir: Path) -> Catalog:
+    text = path.read_text() if path else files("cirrus.catalog").joinpath("default.toml").read_text()
+    where = str(path) if path else "the built-in catalog"
+    try:
+        raw = tomllib.loads(text)
+        specs = [ModelSpec.model_validate(entry) for entry in raw.get("models", [])]
+    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise CatalogError(f"{where} is invalid: {exc}") from exc
+    if len({spec.id for spec in specs}) != len(specs):
+        raise CatalogError(f"{where} lists a model id twice")
+    return Catalog(specs, cache_dir)

@@ -1,0 +1,58 @@
+"""What the catalog says about one model."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Task = Literal["text-generation"]
+
+
+class ArtifactRef(BaseModel):
+    """Where a model's GGUF comes from: a file path, a file inside an installed package, or an assembler."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str | None = None
+    package: str | None = None
+    file: str | None = None
+    assemble: str | None = Field(default=None, description="module whose assemble(output_path) writes the file")
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> "ArtifactRef":
+        sources = [self.path is not None, self.package is not None, self.assemble is not None]
+        if sum(sources) != 1:
+            raise ValueError("an artifact names exactly one of: path, package (with file), assemble")
+        if self.package is not None and not self.file:
+            raise ValueError("a package artifact needs 'file', the GGUF's name inside the package")
+        return self
+
+    def describe(self) -> str:
+        if self.path is not None:
+            return f"file {self.path}"
+        if self.package is not None:
+            return f"package {self.package} ({self.file})"
+        return f"package {self.assemble} (assembled)"
+
+
+class Pricing(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_million: float = Field(default=0.0, ge=0)
+    output_per_million: float = Field(default=0.0, ge=0)
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^@[a-z0-9_-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    task: Task = "text-generation"
+    description: str = ""
+    artifact: ArtifactRef
+    context_window: int = Field(default=4096, ge=128)
+    max_tokens_default: int = Field(default=256, ge=1)
+    pricing: Pricing = Pricing()
+    keep_alive_s: float | None = Field(default=None, ge=0)
+    max_instances: int = Field(default=1, ge=1)
+    pinned: bool = False
+    chat_template: str | None = None
+    install_hint: str = ""

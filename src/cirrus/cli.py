@@ -1,0 +1,157 @@
+"""The `cirrus` command: serve, run, models, ps, load, unload."""
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cirrus.catalog import DEFAULT_MODEL, CatalogError, load_catalog
+from cirrus.config import Settings
+
+DEFAULT_URL = "http://127.0.0.1:8787"
+MIB = 1024 * 1024
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    for name in ("host", "port", "catalog", "memory_budget_bytes", "request_timeout_s", "queue_size", "threads"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return Settings(**overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from cirrus.gateway.app import create_app
+    from cirrus.platform import Platform
+
+    settings = _settings(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        platform = Platform(settings)
+    except CatalogError as exc:
+        print(f"cirrus: {exc}", file=sys.stderr)
+        return 2
+    installed = [e.spec.id for e in platform.catalog.entries() if e.installed]
+    logging.getLogger("cirrus").info(
+        "serving %d installed model(s) on http://%s:%d (memory budget %d MiB): %s",
+        len(installed), settings.host, settings.port, settings.budget_bytes() // MIB, ", ".join(installed))
+    uvicorn.run(create_app(platform), host=settings.host, port=settings.port, log_level="info",
+                timeout_graceful_shutdown=10)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cirrus.sdk import Ai, AiError
+
+    ai = Ai.local(catalog=args.catalog) if args.local else Ai.remote(args.url)
+    inputs: dict[str, Any] = {"prompt": args.prompt, "stream": True}
+    if args.max_tokens:
+        inputs["max_tokens"] = args.max_tokens
+    try:
+        with ai:
+            for event in ai.run(args.model, inputs):
+                print(event.get("response", ""), end="", flush=True)
+    except AiError as exc:
+        print(f"\ncirrus: {exc}", file=sys.stderr)
+        return 1
+    except httpx.ConnectError:
+        print(f"cirrus: no server at {args.url}; start one with `cirrus serve`, or pass --local", file=sys.stderr)
+        return 1
+    print()
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    catalog = load_catalog(settings.catalog, settings.cache_dir)
+    print(f"{'MODEL':45} {'TASK':16} {'CONTEXT':>8}  STATUS")
+    for entry in catalog.entries():
+        status = "installed" if entry.installed else f"not installed ({entry.spec.install_hint or 'no hint'})"
+        print(f"{entry.spec.id:45} {entry.spec.task:16} {entry.spec.context_window:>8}  {status}")
+    return 0
+
+
+def _admin(args: argparse.Namespace, method: str, path: str) -> dict[str, Any] | None:
+    try:
+        response = httpx.request(method, f"{args.url.rstrip('/')}{path}", timeout=300)
+    except httpx.ConnectError:
+        print(f"cirrus: no server at {args.url}", file=sys.stderr)
+        return None
+    body: dict[str, Any] = response.json()
+    if not body.get("success"):
+        print(f"cirrus: {body.get('errors')}", file=sys.stderr)
+        return None
+    return body
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    body = _admin(args, "GET", "/admin/instances")
+    if body is None:
+        return 1
+    print(f"{'MODEL':45} {'ID':9} {'STATE':9} {'PID':>7} {'MEMORY':>9} {'ACTIVE':>6}  EXPIRES")
+    for inst in body["result"]["instances"]:
+        expires = "never" if inst["pinned"] else (f"{inst['expires_at']:.0f}" if inst["expires_at"] else "busy")
+        print(f"{inst['model']:45} {inst['id']:9} {inst['state']:9} {inst['pid'] or '-':>7} "
+              f"{inst['memory_bytes'] // MIB:>6}MiB {inst['active_requests']:>6}  {expires}")
+    return 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    body = _admin(args, "POST", f"/admin/models/{args.model}/load")
+    print(json.dumps(body["result"], indent=2) if body else "", end="\n" if body else "")
+    return 0 if body else 1
+
+
+def cmd_unload(args: argparse.Namespace) -> int:
+    body = _admin(args, "POST", f"/admin/models/{args.model}/unload")
+    print(json.dumps(body["result"]) if body else "", end="\n" if body else "")
+    return 0 if body else 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cirrus", description="Serverless LLM inference on your own machines")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the Workers AI and OpenAI APIs")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--catalog", type=Path, help="a catalog TOML file (default: the built-in one)")
+    serve.add_argument("--memory-budget-bytes", dest="memory_budget_bytes", type=int)
+    serve.add_argument("--request-timeout-s", dest="request_timeout_s", type=float)
+    serve.add_argument("--queue-size", dest="queue_size", type=int)
+    serve.add_argument("--threads", type=int)
+    serve.set_defaults(handler=cmd_serve)
+    run = commands.add_parser("run", help="run a model and stream its answer")
+    run.add_argument("model", nargs="?", default=DEFAULT_MODEL)
+    run.add_argument("prompt")
+    run.add_argument("--max-tokens", type=int)
+    run.add_argument("--url", default=DEFAULT_URL)
+    run.add_argument("--local", action="store_true", help="run embedded, without a server")
+    run.add_argument("--catalog", type=Path)
+    run.set_defaults(handler=cmd_run)
+    models = commands.add_parser("models", help="list the catalog")
+    models.add_argument("--catalog", type=Path)
+    models.set_defaults(handler=cmd_models)
+    for name, handler, text in (("ps", cmd_ps, "list running instances"),
+                                ("load", cmd_load, "prewarm a model"), ("unload", cmd_unload, "unload a model")):
+        sub = commands.add_parser(name, help=text)
+        if name != "ps":
+            sub.add_argument("model")
+        sub.add_argument("--url", default=DEFAULT_URL)
+        sub.set_defaults(handler=handler)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

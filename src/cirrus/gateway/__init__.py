@@ -1,0 +1,1 @@
+"""The ASGI app and its middleware stack."""

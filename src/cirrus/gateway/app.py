@@ -1,0 +1,44 @@
+"""Build the ASGI app: routers, error handlers, and the middleware stack in one place."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp
+
+from cirrus.api import admin, health
+from cirrus.api.openai import chat, completions
+from cirrus.api.openai import models as openai_models
+from cirrus.api.workers_ai import models as workers_ai_models
+from cirrus.api.workers_ai import run
+from cirrus.gateway.body_limit import BodyLimitMiddleware
+from cirrus.gateway.handlers import install_handlers
+from cirrus.gateway.request_id import RequestIdMiddleware
+from cirrus.platform import Platform
+
+ROUTERS = (run.router, workers_ai_models.router, chat.router, completions.router, openai_models.router,
+           admin.router, health.router)
+
+
+def build_middleware_stack(app: ASGIApp, platform: Platform) -> ASGIApp:
+    """Outermost last: the request id wraps everything, so even a refused body carries one."""
+    app = BodyLimitMiddleware(app, platform.settings.max_body_bytes)
+    return RequestIdMiddleware(app)
+
+
+def create_app(platform: Platform) -> ASGIApp:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await platform.start()
+        try:
+            yield
+        finally:
+            await platform.close()
+
+    api = FastAPI(title="Cirrus", version="0.1.0", lifespan=lifespan,
+                  description="Serverless LLM inference: Workers AI and OpenAI-compatible APIs.")
+    api.state.platform = platform
+    for router in ROUTERS:
+        api.include_router(router)
+    install_handlers(api)
+    return build_middleware_stack(api, platform)

@@ -1,0 +1,46 @@
+"""Everything a Cirrus node runs, wired together once: catalog, pool, service, and the keep-alive reaper.
+
+The HTTP server and the embedded SDK (`Ai.local()`) both run one of these.
+"""
+
+import asyncio
+import contextlib
+import logging
+
+from cirrus.catalog import Catalog, load_catalog
+from cirrus.config import Settings
+from cirrus.pool import Pool
+from cirrus.pool.launcher import ProcessLauncher
+from cirrus.service import InferenceService
+
+log = logging.getLogger(__name__)
+
+
+class Platform:
+    def __init__(self, settings: Settings, catalog: Catalog | None = None) -> None:
+        self.settings = settings
+        self.catalog = catalog or load_catalog(settings.catalog, settings.cache_dir)
+        self.launcher = ProcessLauncher(self.catalog, settings)
+        self.pool = Pool(self.launcher, settings.budget_bytes(), settings.queue_size, settings.default_keep_alive_s)
+        self.service = InferenceService(self.catalog, self.pool, settings.request_timeout_s)
+        self._background: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._background.append(asyncio.create_task(self.pool.run_reaper(self.settings.reaper_interval_s)))
+        for entry in self.catalog.entries():
+            if entry.spec.pinned and entry.installed:
+                self._background.append(asyncio.create_task(self._prewarm_pinned(entry.spec.id)))
+
+    async def _prewarm_pinned(self, model_id: str) -> None:
+        try:
+            await self.pool.prewarm(self.catalog.get(model_id), self.settings.worker_start_timeout_s)
+        except Exception:  # a pinned model that fails to start is reported, not fatal to the node
+            log.exception("could not prewarm pinned model %s", model_id)
+
+    async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.pool.close()

@@ -1,0 +1,98 @@
+"""One loaded copy of a model: its worker, its memory, and when it may be stopped."""
+
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from cirrus.catalog import ModelSpec
+from cirrus.runtime.events import GenerationEvent
+from cirrus.runtime.params import GenerationInput
+
+_instance_numbers = itertools.count(1)
+
+
+class Worker(Protocol):
+    """What the pool needs of a worker; the service also streams generations from it."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    def on_exit(self, callback: "ExitCallback") -> None: ...
+
+    def rss_bytes(self) -> int | None: ...
+
+    async def stop(self, grace_s: float = 5.0) -> None: ...
+
+    async def kill(self) -> None: ...
+
+    def generate(self, request_id: str, inputs: GenerationInput) -> AsyncIterator[GenerationEvent]: ...
+
+    async def settled(self) -> None: ...
+
+
+class ExitCallback(Protocol):
+    def __call__(self) -> None: ...
+
+
+class InstanceState(StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+
+
+@dataclass
+class Instance:
+    spec: ModelSpec
+    memory_bytes: int
+    keep_alive_s: float
+    last_used: float
+    id: str = field(default_factory=lambda: f"inst-{next(_instance_numbers)}")
+    state: InstanceState = InstanceState.STARTING
+    worker: Worker | None = None
+    active: int = 0
+    started_at: float = 0.0
+    load_s: float = 0.0
+
+    @property
+    def idle(self) -> bool:
+        return self.state is InstanceState.READY and self.active == 0
+
+    @property
+    def evictable(self) -> bool:
+        return self.idle and not self.spec.pinned
+
+    @property
+    def expires_at(self) -> float | None:
+        if self.spec.pinned or not self.idle:
+            return None
+        return self.last_used + self.keep_alive_s
+
+    def status(self) -> "InstanceStatus":
+        worker = self.worker
+        return InstanceStatus(
+            id=self.id, model=self.spec.id, state=str(self.state), pid=worker.pid if worker else None,
+            memory_bytes=self.memory_bytes, rss_bytes=worker.rss_bytes() if worker else None,
+            active_requests=self.active, pinned=self.spec.pinned, started_at=self.started_at,
+            load_s=self.load_s, idle_since=self.last_used if self.idle else None, expires_at=self.expires_at,
+        )
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    id: str
+    model: str
+    state: str
+    pid: int | None
+    memory_bytes: int
+    rss_bytes: int | None
+    active_requests: int
+    pinned: bool
+    started_at: float
+    load_s: float
+    idle_since: float | None
+    expires_at: float | None

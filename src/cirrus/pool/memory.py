@@ -1,0 +1,48 @@
+"""Estimate what one loaded instance costs in memory, from its GGUF metadata, before loading it."""
+
+from dataclasses import dataclass
+
+from cirrus.store.gguf import MetaValue
+
+MIB = 1024 * 1024
+KV_BYTES_PER_VALUE = 2  # llama.cpp's default KV cache type is f16
+COMPUTE_BASE_BYTES = 48 * MIB
+UBATCH_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights: int
+    kv_cache: int
+    compute: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.compute
+
+
+def _int(metadata: dict[str, MetaValue], key: str, default: int) -> int:
+    value = metadata.get(key, default)
+    return int(value) if isinstance(value, int | float) else default
+
+
+def estimate_instance(metadata: dict[str, MetaValue], weights_bytes: int, n_ctx: int) -> MemoryEstimate:
+    arch = str(metadata.get("general.architecture", "llama"))
+    layers = _int(metadata, f"{arch}.block_count", 32)
+    embedding = _int(metadata, f"{arch}.embedding_length", 4096)
+    heads = _int(metadata, f"{arch}.attention.head_count", 32)
+    kv_heads = _int(metadata, f"{arch}.attention.head_count_kv", heads)
+    head_dim = embedding // max(heads, 1)
+    key_len = _int(metadata, f"{arch}.attention.key_length", head_dim)
+    value_len = _int(metadata, f"{arch}.attention.value_length", head_dim)
+    kv_cache = layers * n_ctx * kv_heads * (key_len + value_len) * KV_BYTES_PER_VALUE
+    vocab = _vocab_size(metadata, arch)
+    compute = COMPUTE_BASE_BYTES + UBATCH_TOKENS * (embedding * 4 * 4) + vocab * 4
+    return MemoryEstimate(weights=weights_bytes, kv_cache=kv_cache, compute=compute)
+
+
+def _vocab_size(metadata: dict[str, MetaValue], arch: str) -> int:
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list) and tokens and isinstance(tokens[0], int):
+        return tokens[0]
+    return _int(metadata, f"{arch}.vocab_size", 32000)

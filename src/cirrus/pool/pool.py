@@ -1,0 +1,227 @@
+"""The serverless scheduler.
+
+Requests acquire a lease on an instance of their model. An idle instance is reused; otherwise, if the model may
+have another instance and its memory fits the budget (after stopping idle instances, least recently used
+first), one is cold-started; otherwise the request waits in the model's bounded queue until something changes
+or its deadline passes. Idle instances are stopped when their keep-alive runs out, except pinned ones.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from cirrus.catalog import ModelSpec
+from cirrus.errors import CapacityExceeded, ModelTooLarge, RequestTimeout
+from cirrus.pool.instance import Instance, InstanceState, InstanceStatus, Worker
+
+log = logging.getLogger(__name__)
+MIB = 1024 * 1024
+
+
+class Launcher(Protocol):
+    async def estimate_bytes(self, spec: ModelSpec) -> int: ...
+
+    async def launch(self, spec: ModelSpec) -> Worker: ...
+
+
+@dataclass
+class Lease:
+    """The right to send one request to one instance. Release it exactly once."""
+
+    instance: Instance
+    cold_start: bool
+    queue_s: float
+    _pool: "Pool"
+
+    @property
+    def worker(self) -> Worker:
+        assert self.instance.worker is not None
+        return self.instance.worker
+
+    def release(self, keep_alive_s: float | None = None) -> None:
+        self._pool._release(self.instance, keep_alive_s)
+
+
+class Pool:
+    def __init__(
+        self, launcher: Launcher, budget_bytes: int, queue_size: int, default_keep_alive_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._launcher = launcher
+        self.budget_bytes = budget_bytes
+        self._queue_size = queue_size
+        self._default_keep_alive_s = default_keep_alive_s
+        self._clock = clock
+        self._instances: list[Instance] = []
+        self._waiting: dict[str, int] = {}
+        self._changed = asyncio.Condition()
+        self._stops: set[asyncio.Task[None]] = set()
+
+    # -- what callers see -------------------------------------------------------------------------------------
+
+    def statuses(self) -> list[InstanceStatus]:
+        return [instance.status() for instance in self._instances]
+
+    def used_bytes(self) -> int:
+        return sum(instance.memory_bytes for instance in self._instances)
+
+    def waiting(self, model_id: str) -> int:
+        return self._waiting.get(model_id, 0)
+
+    async def acquire(self, spec: ModelSpec, deadline: float) -> Lease:
+        """Lease an instance of spec, cold-starting one if needed; deadline is on the loop's clock."""
+        enqueued = asyncio.get_running_loop().time()
+        if self.waiting(spec.id) >= self._queue_size and not self._idle(spec.id):
+            raise CapacityExceeded("Capacity temporarily exceeded, please try again.", retry_after_s=1.0)
+        self._waiting[spec.id] = self.waiting(spec.id) + 1
+        try:
+            async with asyncio.timeout_at(deadline):
+                instance, cold = await self._obtain(spec)
+        except TimeoutError:
+            raise RequestTimeout(f"the request waited in {spec.id}'s queue past its time limit") from None
+        finally:
+            self._waiting[spec.id] -= 1
+        return Lease(instance, cold, asyncio.get_running_loop().time() - enqueued, self)
+
+    async def prewarm(self, spec: ModelSpec, timeout_s: float) -> InstanceStatus:
+        lease = await self.acquire(spec, asyncio.get_running_loop().time() + timeout_s)
+        lease.release()
+        return lease.instance.status()
+
+    async def unload(self, model_id: str) -> int:
+        """Stop every idle instance of a model (busy ones stop when their request ends). Returns how many."""
+        idle = [i for i in self._instances if i.spec.id == model_id and i.idle]
+        await asyncio.gather(*(self._stop(instance) for instance in idle))
+        return len(idle)
+
+    async def reap(self) -> None:
+        """Stop instances whose keep-alive has run out."""
+        now = self._clock()
+        expired = [i for i in self._instances if (at := i.expires_at) is not None and at <= now]
+        await asyncio.gather(*(self._stop(instance) for instance in expired))
+
+    async def run_reaper(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.reap()
+            except Exception:  # the reaper must outlive any one failure
+                log.exception("keep-alive reaper failed")
+
+    async def close(self) -> None:
+        await asyncio.gather(*(self._stop(instance) for instance in list(self._instances)))
+        await asyncio.gather(*self._stops, return_exceptions=True)
+
+    # -- scheduling -------------------------------------------------------------------------------------------
+
+    def _idle(self, model_id: str) -> Instance | None:
+        idle = [i for i in self._instances if i.spec.id == model_id and i.idle]
+        return max(idle, key=lambda instance: instance.last_used) if idle else None
+
+    async def _obtain(self, spec: ModelSpec) -> tuple[Instance, bool]:
+        needed = await self._launcher.estimate_bytes(spec)
+        self._check_can_ever_fit(spec, needed)
+        while True:
+            instance = self._idle(spec.id)
+            if instance is not None:
+                instance.active += 1
+                return instance, False
+            victims = self._victims_for(needed) if self._may_add_instance(spec) else None
+            if victims is not None:
+                return await self._cold_start(spec, needed, victims), True
+            async with self._changed:
+                await self._changed.wait()
+
+    def _check_can_ever_fit(self, spec: ModelSpec, needed: int) -> None:
+        pinned = sum(i.memory_bytes for i in self._instances if i.spec.pinned and i.spec.id != spec.id)
+        available = self.budget_bytes - pinned
+        if needed > available:
+            raise ModelTooLarge(
+                f"{spec.id} needs about {needed // MIB} MiB but the memory budget leaves "
+                f"{available // MIB} MiB for it (budget {self.budget_bytes // MIB} MiB)",
+                param="model",
+            )
+
+    def _may_add_instance(self, spec: ModelSpec) -> bool:
+        """Below max_instances, and no instance of it already starting (requests queue behind a cold start)."""
+        mine = [i for i in self._instances if i.spec.id == spec.id and i.state is not InstanceState.STOPPING]
+        starting = any(i.state is InstanceState.STARTING for i in mine)
+        return len(mine) < spec.max_instances and not starting
+
+    def _victims_for(self, needed: int) -> list[Instance] | None:
+        """Idle instances to stop, least recently used first, so needed bytes fit; None if they cannot."""
+        shortfall = self.used_bytes() + needed - self.budget_bytes
+        victims: list[Instance] = []
+        for instance in sorted((i for i in self._instances if i.evictable), key=lambda i: i.last_used):
+            if shortfall <= 0:
+                break
+            victims.append(instance)
+            shortfall -= instance.memory_bytes
+        return victims if shortfall <= 0 else None
+
+    async def _cold_start(self, spec: ModelSpec, needed: int, victims: list[Instance]) -> Instance:
+        keep_alive = spec.keep_alive_s if spec.keep_alive_s is not None else self._default_keep_alive_s
+        now = self._clock()
+        instance = Instance(spec, needed, keep_alive, now, active=1, started_at=now)
+        self._instances.append(instance)
+        started = time.perf_counter()
+        try:
+            await asyncio.gather(*(self._stop(victim) for victim in victims))
+            worker = await self._launcher.launch(spec)
+        except BaseException:
+            self._instances.remove(instance)
+            self._spawn_notify()
+            raise
+        instance.worker, instance.state = worker, InstanceState.READY
+        instance.load_s = time.perf_counter() - started
+        worker.on_exit(lambda: self._on_worker_exit(instance))
+        log.info("cold-started %s (%s, pid %s) in %.2fs", spec.id, instance.id, worker.pid, instance.load_s)
+        return instance
+
+    # -- state changes ----------------------------------------------------------------------------------------
+
+    def _release(self, instance: Instance, keep_alive_s: float | None) -> None:
+        instance.active -= 1
+        instance.last_used = self._clock()
+        if keep_alive_s is not None:
+            instance.keep_alive_s = keep_alive_s
+        if instance.idle and instance.keep_alive_s <= 0 and not instance.spec.pinned:
+            self._spawn_stop(instance)
+        self._spawn_notify()
+
+    def _on_worker_exit(self, instance: Instance) -> None:
+        if instance in self._instances and instance.state is not InstanceState.STOPPING:
+            log.warning("worker of %s (%s) exited; removing the instance", instance.spec.id, instance.id)
+            self._instances.remove(instance)
+            self._spawn_notify()
+
+    async def _stop(self, instance: Instance) -> None:
+        if instance.state is InstanceState.STOPPING or instance not in self._instances:
+            return
+        instance.state = InstanceState.STOPPING
+        try:
+            if instance.worker is not None:
+                await instance.worker.stop()
+        finally:
+            with contextlib.suppress(ValueError):
+                self._instances.remove(instance)
+            log.info("stopped %s (%s)", instance.spec.id, instance.id)
+            await self._notify()
+
+    def _spawn_stop(self, instance: Instance) -> None:
+        task = asyncio.get_running_loop().create_task(self._stop(instance))
+        self._stops.add(task)
+        task.add_done_callback(self._stops.discard)
+
+    def _spawn_notify(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._stops.add(task)
+        task.add_done_callback(self._stops.discard)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()

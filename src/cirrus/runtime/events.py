@@ -1,0 +1,19 @@
+"""What a generation yields, as it runs."""
+
+from dataclasses import dataclass
+
+from cirrus.runtime.params import Usage
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: str
+    usage: Usage
+
+
+GenerationEvent = TextDelta | Finished

@@ -1,0 +1,57 @@
+"""What one generation asks of an engine: protocol-neutral, sent to the worker as a frame."""
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ChatMessage = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 1.0
+    top_k: int = 40
+    seed: int | None = None
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GenerationInput:
+    """Either a prompt (raw or wrapped in the chat template) or a list of chat messages."""
+
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    raw: bool = False
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    def to_frame(self) -> dict[str, Any]:
+        frame = asdict(self)
+        frame["messages"] = list(self.messages) if self.messages is not None else None
+        frame["sampling"]["stop"] = list(self.sampling.stop)
+        return frame
+
+    @classmethod
+    def from_frame(cls, frame: dict[str, Any]) -> "GenerationInput":
+        sampling = dict(frame["sampling"])
+        sampling["stop"] = tuple(sampling.get("stop") or ())
+        messages = frame.get("messages")
+        return cls(
+            prompt=frame.get("prompt"),
+            messages=tuple(messages) if messages is not None else None,
+            raw=bool(frame.get("raw", False)),
+            sampling=SamplingParams(**sampling),
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens

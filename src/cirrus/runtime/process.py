@@ -1,0 +1,213 @@
+"""A worker process seen from the server: spawn it, stream generations from it, cancel, stop or kill it."""
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cirrus.errors import CirrusError, InternalError, InvalidInput, WorkerCrashed, WorkerStartFailed
+from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
+from cirrus.runtime.frames import Frame
+from cirrus.runtime.params import GenerationInput, Usage
+from cirrus.runtime.transport import SocketTransport, Transport, TransportClosed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    path: str
+    n_ctx: int
+    n_threads: int
+    chat_template: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    n_ctx: int
+    has_chat_template: bool
+    load_s: float
+
+
+def _worker_error(frame: Frame) -> CirrusError:
+    message = str(frame.get("message", "worker error"))
+    if frame.get("kind") == "invalid_input":
+        return InvalidInput(message, param=frame.get("param"))
+    return InternalError(message)
+
+
+class WorkerProcess:
+    def __init__(self, proc: asyncio.subprocess.Process, transport: Transport) -> None:
+        self._proc = proc
+        self._transport = transport
+        self._streams: dict[str, asyncio.Queue[Frame | CirrusError]] = {}
+        self._exit_callbacks: list[Callable[[], None]] = []
+        self._dead = False
+        self._reader: asyncio.Task[None] | None = None
+        self._pending_cancels: set[asyncio.Task[None]] = set()
+        self.cancel_grace_s = 2.0
+        self.info: EngineInfo | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return not self._dead
+
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        self._exit_callbacks.append(callback)
+
+    @classmethod
+    async def spawn(cls, options: LoadOptions, timeout_s: float) -> "WorkerProcess":
+        parent_sock, child_sock = socket.socketpair()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cirrus.runtime.worker", str(child_sock.fileno()),
+            pass_fds=(child_sock.fileno(),), stdin=asyncio.subprocess.DEVNULL,
+        )
+        child_sock.close()
+        worker = cls(proc, await SocketTransport.over(parent_sock))
+        try:
+            async with asyncio.timeout(timeout_s):
+                worker.info = await worker._load(options)
+        except (TimeoutError, TransportClosed, CirrusError) as exc:
+            await worker.kill()
+            if isinstance(exc, WorkerStartFailed):
+                raise
+            raise WorkerStartFailed(f"the worker for {Path(options.path).name} did not start: {exc!r}") from exc
+        worker._reader = asyncio.create_task(worker._read_frames(), name=f"worker-{proc.pid}-reader")
+        return worker
+
+    async def _load(self, options: LoadOptions) -> EngineInfo:
+        started = time.perf_counter()
+        await self._transport.send({"type": "load", "options": asdict(options)})
+        frame = await self._transport.recv()
+        if frame["type"] != "ready":
+            raise WorkerStartFailed(f"the model failed to load: {frame.get('message', frame)}")
+        return EngineInfo(int(frame["n_ctx"]), bool(frame["has_chat_template"]), time.perf_counter() - started)
+
+    async def _read_frames(self) -> None:
+        try:
+            while True:
+                frame = await self._transport.recv()
+                queue = self._streams.get(str(frame.get("id")))
+                if queue is not None:
+                    queue.put_nowait(frame)
+        except TransportClosed:
+            pass
+        finally:
+            self._mark_dead()
+
+    def _mark_dead(self) -> None:
+        if self._dead:
+            return
+        self._dead = True
+        for queue in self._streams.values():
+            queue.put_nowait(WorkerCrashed("the model's worker process exited during the request"))
+        for callback in self._exit_callbacks:
+            callback()
+
+    async def generate(self, request_id: str, inputs: GenerationInput) -> AsyncIterator[GenerationEvent]:
+        """Stream one generation. Leaving early (break, cancel, error) cancels it in the worker."""
+        if self._dead:
+            raise WorkerCrashed("the model's worker process is not running")
+        queue: asyncio.Queue[Frame | CirrusError] = asyncio.Queue()
+        self._streams[request_id] = queue
+        finished = False
+        try:
+            await self._send({"type": "generate", "id": request_id, "input": inputs.to_frame()})
+            while not finished:
+                event = self._event(await queue.get())
+                finished = isinstance(event, Finished)
+                yield event
+        except CirrusError:
+            finished = True
+            raise
+        finally:
+            if not finished:
+                self._abandon(request_id, queue)
+            else:
+                self._streams.pop(request_id, None)
+
+    def _event(self, item: Frame | CirrusError) -> GenerationEvent:
+        if isinstance(item, CirrusError):
+            raise item
+        if item["type"] == "text":
+            return TextDelta(item["text"])
+        if item["type"] == "finished":
+            usage = Usage(int(item["prompt_tokens"]), int(item["completion_tokens"]))
+            return Finished(str(item["finish_reason"]), usage)
+        raise _worker_error(item)
+
+    def _abandon(self, request_id: str, queue: asyncio.Queue[Frame | CirrusError]) -> None:
+        task = asyncio.get_running_loop().create_task(self._cancel_and_settle(request_id, queue))
+        self._pending_cancels.add(task)
+        task.add_done_callback(self._pending_cancels.discard)
+
+    async def _cancel_and_settle(self, request_id: str, queue: asyncio.Queue[Frame | CirrusError]) -> None:
+        """Tell the worker to stop; a worker that does not confirm within the grace period is killed."""
+        try:
+            await self._send({"type": "cancel", "id": request_id})
+            async with asyncio.timeout(self.cancel_grace_s):
+                while True:
+                    item = await queue.get()
+                    if isinstance(item, CirrusError) or item["type"] in ("finished", "failed"):
+                        return
+        except (TimeoutError, CirrusError):
+            log.warning("worker %s did not stop request %s in time; killing it", self.pid, request_id)
+            await self.kill()
+        finally:
+            self._streams.pop(request_id, None)
+
+    async def settled(self) -> None:
+        """Wait until every cancelled generation has been confirmed stopped (or the worker killed)."""
+        while self._pending_cancels:
+            await asyncio.gather(*list(self._pending_cancels), return_exceptions=True)
+
+    async def _send(self, frame: Frame) -> None:
+        try:
+            await self._transport.send(frame)
+        except TransportClosed as exc:
+            self._mark_dead()
+            raise WorkerCrashed("the model's worker process is not running") from exc
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        with contextlib.suppress(WorkerCrashed):
+            await self._send({"type": "shutdown"})
+        try:
+            await asyncio.wait_for(self._proc.wait(), grace_s)
+        except TimeoutError:
+            await self.kill()
+        await self._close()
+
+    async def kill(self) -> None:
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGKILL)
+            await self._proc.wait()
+        await self._close()
+
+    async def _close(self) -> None:
+        await self._transport.close()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+        self._mark_dead()
+
+    def rss_bytes(self) -> int | None:
+        return _rss_bytes(self.pid) if not self._dead else None
+
+
+def _rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,0 +1,174 @@
+"""`from cirrus import Ai`: one call, `ai.run(model, inputs)`, embedded or over HTTP.
+
+`Ai.local()` runs the whole platform inside this process (no server); `Ai.remote(url, token)` talks to a Cirrus
+server with the Workers AI protocol. Both return the Workers AI `result` object, or, when `inputs["stream"]` is
+true, an iterator over the streamed events (`{"response": "..."}`, then one with `usage`).
+"""
+
+import asyncio
+import json
+import queue
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from cirrus.api.workers_ai.schemas import TextGenerationInput, usage_dict
+from cirrus.api.validation import invalid_input
+from cirrus.config import Settings
+from cirrus.errors import CirrusError
+from cirrus.platform import Platform
+from cirrus.runtime.events import TextDelta
+from cirrus.service import InferenceRequest
+
+T = TypeVar("T")
+Result = dict[str, Any]
+_END = object()
+
+
+class AiError(Exception):
+    """A failed run: the Workers AI code and HTTP status, whichever way the platform was reached."""
+
+    def __init__(self, message: str, code: int, status: int) -> None:
+        super().__init__(f"{message} (code {code}, HTTP {status})")
+        self.message, self.code, self.status = message, code, status
+
+    @classmethod
+    def from_cirrus(cls, error: CirrusError) -> "AiError":
+        return cls(error.message, error.code, error.status)
+
+
+class Ai:
+    """Base of both flavours; use Ai.local() or Ai.remote()."""
+
+    @staticmethod
+    def local(catalog: str | Path | None = None, **settings: Any) -> "LocalAi":
+        return LocalAi(Settings(catalog=Path(catalog) if catalog else None, **settings))
+
+    @staticmethod
+    def remote(url: str = "http://127.0.0.1:8787", token: str | None = None, timeout_s: float = 120.0) -> "RemoteAi":
+        return RemoteAi(url, token, timeout_s)
+
+    def run(self, model: str, inputs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        self.close()
+
+
+class LocalAi(Ai):
+    def __init__(self, settings: Settings) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="cirrus-local", daemon=True)
+        self._thread.start()
+        self.platform = Platform(settings)
+        self._call(self.platform.start())
+        self._counter = 0
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _request(self, model: str, inputs: dict[str, Any]) -> tuple[InferenceRequest, bool]:
+        from pydantic import ValidationError
+
+        try:
+            body = TextGenerationInput.model_validate(inputs)
+            spec = self.platform.catalog.require_installed(model)
+        except ValidationError as exc:
+            raise AiError.from_cirrus(invalid_input(exc.errors())) from None
+        except CirrusError as exc:
+            raise AiError.from_cirrus(exc) from None
+        self._counter += 1
+        request = InferenceRequest(f"local-{self._counter}", spec.id,
+                                   body.generation_input(spec.max_tokens_default), body.keep_alive_s())
+        return request, body.stream
+
+    def run(self, model: str, inputs: dict[str, Any]) -> Result | Iterator[Result]:
+        request, stream = self._request(model, inputs)
+        if stream:
+            return self._stream(request)
+        try:
+            completion = self._call(self.platform.service.complete(request))
+        except CirrusError as exc:
+            raise AiError.from_cirrus(exc) from None
+        return {"response": completion.text, "usage": usage_dict(completion.usage)}
+
+    def _stream(self, request: InferenceRequest) -> Iterator[Result]:
+        items: queue.Queue[object] = queue.Queue()
+        asyncio.run_coroutine_threadsafe(self._pump(self._events(request), items), self._loop)
+        while (item := items.get()) is not _END:
+            if isinstance(item, CirrusError):
+                raise AiError.from_cirrus(item)
+            assert isinstance(item, dict)
+            yield item
+
+    async def _events(self, request: InferenceRequest) -> AsyncIterator[Result]:
+        async for event in await self.platform.service.start(request):
+            if isinstance(event, TextDelta):
+                yield {"response": event.text}
+            else:
+                yield {"response": "", "usage": usage_dict(event.usage)}
+
+    @staticmethod
+    async def _pump(events: AsyncIterator[Result], items: "queue.Queue[object]") -> None:
+        try:
+            async for event in events:
+                items.put(event)
+        except CirrusError as exc:
+            items.put(exc)
+        finally:
+            items.put(_END)
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._call(self.platform.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+
+class RemoteAi(Ai):
+    def __init__(self, url: str, token: str | None, timeout_s: float) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+
+    def run(self, model: str, inputs: dict[str, Any]) -> Result | Iterator[Result]:
+        path = f"/ai/run/{quote(model, safe='@/')}"
+        if inputs.get("stream"):
+            return self._stream(path, inputs)
+        response = self._client.post(path, json=inputs)
+        body = response.json()
+        if not body.get("success"):
+            raise _remote_error(body, response.status_code)
+        result: Result = body["result"]
+        return result
+
+    def _stream(self, path: str, inputs: dict[str, Any]) -> Iterator[Result]:
+        with self._client.stream("POST", path, json=inputs) as response:
+            if response.status_code != 200:
+                response.read()
+                raise _remote_error(response.json(), response.status_code)
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[len("data: "):])
+                if event.get("success") is False:
+                    raise _remote_error(event, response.status_code)
+                yield event
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _remote_error(body: dict[str, Any], status: int) -> AiError:
+    errors = body.get("errors") or [{"code": 0, "message": f"HTTP {status}"}]
+    return AiError(str(errors[0].get("message")), int(errors[0].get("code", 0)), status)

@@ -1,0 +1,111 @@
+"""The per-request pipeline: resolve the model, lease an instance, generate under a deadline, release."""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from cirrus.catalog import Catalog
+from cirrus.errors import RequestTimeout
+from cirrus.pool import Lease, Pool
+from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
+from cirrus.runtime.params import GenerationInput, Usage
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    request_id: str
+    model: str
+    inputs: GenerationInput
+    keep_alive_s: float | None = None
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str
+    usage: Usage
+    cold_start: bool
+    queue_s: float
+
+
+@dataclass
+class Generation:
+    """A started generation: the first event is already in hand, so start-up errors surface before any byte
+    of a response is sent. Iterate it once; close it (or let iteration end) to release the instance."""
+
+    lease: Lease
+    _events: AsyncIterator[GenerationEvent]
+    _deadline: float
+    _first: GenerationEvent
+    _keep_alive_s: float | None
+    _closed: bool = field(default=False)
+
+    @property
+    def cold_start(self) -> bool:
+        return self.lease.cold_start
+
+    async def __aiter__(self) -> AsyncIterator[GenerationEvent]:
+        try:
+            event: GenerationEvent | None = self._first
+            while event is not None:
+                yield event
+                event = None if isinstance(event, Finished) else await self._next()
+        finally:
+            await self.aclose()
+
+    async def _next(self) -> GenerationEvent:
+        return await _next_before(self._events, self._deadline)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.shield(self._settle_and_release())
+
+    async def _settle_and_release(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._events.aclose()  # type: ignore[attr-defined]
+        with contextlib.suppress(Exception):
+            await self.lease.worker.settled()
+        self.lease.release(self._keep_alive_s)
+
+    async def collect(self) -> Completion:
+        parts: list[str] = []
+        async for event in self:
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+            else:
+                return Completion("".join(parts), event.finish_reason, event.usage, self.cold_start,
+                                  self.lease.queue_s)
+        raise RuntimeError("generation ended without a finish event")
+
+
+async def _next_before(events: AsyncIterator[GenerationEvent], deadline: float) -> GenerationEvent:
+    remaining = deadline - asyncio.get_running_loop().time()
+    try:
+        return await asyncio.wait_for(anext(events), max(remaining, 0))
+    except TimeoutError:
+        raise RequestTimeout("the request ran past its execution time limit and was cancelled") from None
+
+
+class InferenceService:
+    def __init__(self, catalog: Catalog, pool: Pool, request_timeout_s: float) -> None:
+        self.catalog = catalog
+        self.pool = pool
+        self.request_timeout_s = request_timeout_s
+
+    async def start(self, request: InferenceRequest) -> Generation:
+        spec = self.catalog.require_installed(request.model)
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
+        lease = await self.pool.acquire(spec, deadline)
+        events = lease.worker.generate(request.request_id, request.inputs)
+        try:
+            first = await _next_before(events, deadline)
+        except BaseException:
+            await Generation(lease, events, deadline, Finished("error", Usage(0, 0)), request.keep_alive_s).aclose()
+            raise
+        return Generation(lease, events, deadline, first, request.keep_alive_s)
+
+    async def complete(self, request: InferenceRequest) -> Completion:
+        return await (await self.start(request)).collect()
