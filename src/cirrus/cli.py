@@ -18,7 +18,15 @@ MIB = 1024 * 1024
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    for name in ("host", "port", "catalog", "memory_budget_bytes", "request_timeout_s", "queue_size", "threads"):
+    for name in (
+        "host",
+        "port",
+        "catalog",
+        "memory_budget_bytes",
+        "request_timeout_s",
+        "queue_size",
+        "threads",
+    ):
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
@@ -41,9 +49,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     installed = [e.spec.id for e in platform.catalog.entries() if e.installed]
     logging.getLogger("cirrus").info(
         "serving %d installed model(s) on http://%s:%d (memory budget %d MiB): %s",
-        len(installed), settings.host, settings.port, settings.budget_bytes() // MIB, ", ".join(installed))
-    uvicorn.run(create_app(platform), host=settings.host, port=settings.port, log_level="info",
-                timeout_graceful_shutdown=10)
+        len(installed),
+        settings.host,
+        settings.port,
+        settings.budget_bytes() // MIB,
+        ", ".join(installed),
+    )
+    uvicorn.run(
+        create_app(platform),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        timeout_graceful_shutdown=10,
+    )
     return 0
 
 
@@ -51,18 +69,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from cirrus.sdk import Ai, AiError
 
     ai = Ai.local(catalog=args.catalog) if args.local else Ai.remote(args.url)
-    inputs: dict[str, Any] = {"prompt": args.prompt, "stream": True}
+    inputs: dict[str, Any] = {"prompt": args.prompt}
     if args.max_tokens:
         inputs["max_tokens"] = args.max_tokens
     try:
         with ai:
-            for event in ai.run(args.model, inputs):
+            for event in ai.stream(args.model, inputs):
                 print(event.get("response", ""), end="", flush=True)
     except AiError as exc:
         print(f"\ncirrus: {exc}", file=sys.stderr)
         return 1
     except httpx.ConnectError:
-        print(f"cirrus: no server at {args.url}; start one with `cirrus serve`, or pass --local", file=sys.stderr)
+        print(
+            f"cirrus: no server at {args.url}; start one with `cirrus serve`, or pass --local",
+            file=sys.stderr,
+        )
         return 1
     print()
     return 0
@@ -97,9 +118,13 @@ def cmd_ps(args: argparse.Namespace) -> int:
         return 1
     print(f"{'MODEL':45} {'ID':9} {'STATE':9} {'PID':>7} {'MEMORY':>9} {'ACTIVE':>6}  EXPIRES")
     for inst in body["result"]["instances"]:
-        expires = "never" if inst["pinned"] else (f"{inst['expires_at']:.0f}" if inst["expires_at"] else "busy")
-        print(f"{inst['model']:45} {inst['id']:9} {inst['state']:9} {inst['pid'] or '-':>7} "
-              f"{inst['memory_bytes'] // MIB:>6}MiB {inst['active_requests']:>6}  {expires}")
+        expires = (
+            "never" if inst["pinned"] else (f"{inst['expires_at']:.0f}" if inst["expires_at"] else "busy")
+        )
+        print(
+            f"{inst['model']:45} {inst['id']:9} {inst['state']:9} {inst['pid'] or '-':>7} "
+            f"{inst['memory_bytes'] // MIB:>6}MiB {inst['active_requests']:>6}  {expires}"
+        )
     return 0
 
 
@@ -116,7 +141,9 @@ def cmd_unload(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cirrus", description="Serverless LLM inference on your own machines")
+    parser = argparse.ArgumentParser(
+        prog="cirrus", description="Serverless LLM inference on your own machines"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the Workers AI and OpenAI APIs")
     serve.add_argument("--host")
@@ -138,8 +165,11 @@ def _parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="list the catalog")
     models.add_argument("--catalog", type=Path)
     models.set_defaults(handler=cmd_models)
-    for name, handler, text in (("ps", cmd_ps, "list running instances"),
-                                ("load", cmd_load, "prewarm a model"), ("unload", cmd_unload, "unload a model")):
+    for name, handler, text in (
+        ("ps", cmd_ps, "list running instances"),
+        ("load", cmd_load, "prewarm a model"),
+        ("unload", cmd_unload, "unload a model"),
+    ):
         sub = commands.add_parser(name, help=text)
         if name != "ps":
             sub.add_argument("model")

@@ -21,7 +21,9 @@ class Platform:
         self.settings = settings
         self.catalog = catalog or load_catalog(settings.catalog, settings.cache_dir)
         self.launcher = ProcessLauncher(self.catalog, settings)
-        self.pool = Pool(self.launcher, settings.budget_bytes(), settings.queue_size, settings.default_keep_alive_s)
+        self.pool = Pool(
+            self.launcher, settings.budget_bytes(), settings.queue_size, settings.default_keep_alive_s
+        )
         self.service = InferenceService(self.catalog, self.pool, settings.request_timeout_s)
         self._background: list[asyncio.Task[None]] = []
 

@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 import httpx
 
-from cirrus.api.workers_ai.schemas import TextGenerationInput, usage_dict
 from cirrus.api.validation import invalid_input
+from cirrus.api.workers_ai.schemas import TextGenerationInput, usage_dict
 from cirrus.config import Settings
 from cirrus.errors import CirrusError
 from cirrus.platform import Platform
@@ -50,10 +50,20 @@ class Ai:
         return LocalAi(Settings(catalog=Path(catalog) if catalog else None, **settings))
 
     @staticmethod
-    def remote(url: str = "http://127.0.0.1:8787", token: str | None = None, timeout_s: float = 120.0) -> "RemoteAi":
+    def remote(
+        url: str = "http://127.0.0.1:8787", token: str | None = None, timeout_s: float = 120.0
+    ) -> "RemoteAi":
         return RemoteAi(url, token, timeout_s)
 
     def run(self, model: str, inputs: dict[str, Any]) -> Any:
+        """The Workers AI result; an iterator of streamed events when inputs["stream"] is true."""
+        stream_inputs = {**inputs, "stream": True}
+        return self.stream(model, stream_inputs) if inputs.get("stream") else self._run(model, inputs)
+
+    def stream(self, model: str, inputs: dict[str, Any]) -> Iterator[Result]:
+        raise NotImplementedError
+
+    def _run(self, model: str, inputs: dict[str, Any]) -> Result:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -62,7 +72,9 @@ class Ai:
     def __enter__(self: T) -> T:
         return self
 
-    def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+    def __exit__(
+        self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+    ) -> None:
         self.close()
 
 
@@ -78,7 +90,7 @@ class LocalAi(Ai):
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    def _request(self, model: str, inputs: dict[str, Any]) -> tuple[InferenceRequest, bool]:
+    def _request(self, model: str, inputs: dict[str, Any]) -> InferenceRequest:
         from pydantic import ValidationError
 
         try:
@@ -89,14 +101,18 @@ class LocalAi(Ai):
         except CirrusError as exc:
             raise AiError.from_cirrus(exc) from None
         self._counter += 1
-        request = InferenceRequest(f"local-{self._counter}", spec.id,
-                                   body.generation_input(spec.max_tokens_default), body.keep_alive_s())
-        return request, body.stream
+        return InferenceRequest(
+            f"local-{self._counter}",
+            spec.id,
+            body.generation_input(spec.max_tokens_default),
+            body.keep_alive_s(),
+        )
 
-    def run(self, model: str, inputs: dict[str, Any]) -> Result | Iterator[Result]:
-        request, stream = self._request(model, inputs)
-        if stream:
-            return self._stream(request)
+    def stream(self, model: str, inputs: dict[str, Any]) -> Iterator[Result]:
+        return self._stream(self._request(model, inputs))
+
+    def _run(self, model: str, inputs: dict[str, Any]) -> Result:
+        request = self._request(model, inputs)
         try:
             completion = self._call(self.platform.service.complete(request))
         except CirrusError as exc:
@@ -141,10 +157,15 @@ class RemoteAi(Ai):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
 
-    def run(self, model: str, inputs: dict[str, Any]) -> Result | Iterator[Result]:
-        path = f"/ai/run/{quote(model, safe='@/')}"
-        if inputs.get("stream"):
-            return self._stream(path, inputs)
+    @staticmethod
+    def _path(model: str) -> str:
+        return f"/ai/run/{quote(model, safe='@/')}"
+
+    def stream(self, model: str, inputs: dict[str, Any]) -> Iterator[Result]:
+        return self._stream(self._path(model), {**inputs, "stream": True})
+
+    def _run(self, model: str, inputs: dict[str, Any]) -> Result:
+        path = self._path(model)
         response = self._client.post(path, json=inputs)
         body = response.json()
         if not body.get("success"):
@@ -160,7 +181,7 @@ class RemoteAi(Ai):
             for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                event = json.loads(line[len("data: "):])
+                event = json.loads(line[len("data: ") :])
                 if event.get("success") is False:
                     raise _remote_error(event, response.status_code)
                 yield event

@@ -76,8 +76,9 @@ class Generation:
             if isinstance(event, TextDelta):
                 parts.append(event.text)
             else:
-                return Completion("".join(parts), event.finish_reason, event.usage, self.cold_start,
-                                  self.lease.queue_s)
+                return Completion(
+                    "".join(parts), event.finish_reason, event.usage, self.cold_start, self.lease.queue_s
+                )
         raise RuntimeError("generation ended without a finish event")
 
 
@@ -103,7 +104,9 @@ class InferenceService:
         try:
             first = await _next_before(events, deadline)
         except BaseException:
-            await Generation(lease, events, deadline, Finished("error", Usage(0, 0)), request.keep_alive_s).aclose()
+            await Generation(
+                lease, events, deadline, Finished("error", Usage(0, 0)), request.keep_alive_s
+            ).aclose()
             raise
         return Generation(lease, events, deadline, first, request.keep_alive_s)
 

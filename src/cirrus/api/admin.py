@@ -15,8 +15,13 @@ router = APIRouter(prefix="/admin", tags=["Admin"])
 async def list_instances(request: Request) -> dict[str, Any]:
     pool = platform_of(request).pool
     instances = [asdict(status) for status in pool.statuses()]
-    return envelope({"instances": instances, "memory_budget_bytes": pool.budget_bytes,
-                     "memory_used_bytes": pool.used_bytes()})
+    return envelope(
+        {
+            "instances": instances,
+            "memory_budget_bytes": pool.budget_bytes,
+            "memory_used_bytes": pool.used_bytes(),
+        }
+    )
 
 
 @router.post("/models/{model:path}/load", summary="Load (prewarm) a model")

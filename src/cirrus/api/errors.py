@@ -11,10 +11,20 @@ from cirrus.errors import CirrusError
 
 def error_body(error: CirrusError, protocol: WireProtocol) -> dict[str, Any]:
     if protocol is WireProtocol.OPENAI:
-        return {"error": {"message": error.message, "type": error.openai_type,
-                          "code": error.openai_code, "param": error.param}}
-    return {"result": None, "success": False, "errors": [{"code": error.code, "message": error.message}],
-            "messages": []}
+        return {
+            "error": {
+                "message": error.message,
+                "type": error.openai_type,
+                "code": error.openai_code,
+                "param": error.param,
+            }
+        }
+    return {
+        "result": None,
+        "success": False,
+        "errors": [{"code": error.code, "message": error.message}],
+        "messages": [],
+    }
 
 
 def openai_status(error: CirrusError) -> int:

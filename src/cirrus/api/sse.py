@@ -14,7 +14,9 @@ DONE = b"data: [DONE]\n\n"
 
 
 def sse_data(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
+    return (
+        b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
+    )
 
 
 async def _disconnected(request: Request) -> None:

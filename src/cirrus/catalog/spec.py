@@ -15,7 +15,9 @@ class ArtifactRef(BaseModel):
     path: str | None = None
     package: str | None = None
     file: str | None = None
-    assemble: str | None = Field(default=None, description="module whose assemble(output_path) writes the file")
+    assemble: str | None = Field(
+        default=None, description="module whose assemble(output_path) writes the file"
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> "ArtifactRef":

@@ -16,8 +16,15 @@ from cirrus.gateway.handlers import install_handlers
 from cirrus.gateway.request_id import RequestIdMiddleware
 from cirrus.platform import Platform
 
-ROUTERS = (run.router, workers_ai_models.router, chat.router, completions.router, openai_models.router,
-           admin.router, health.router)
+ROUTERS = (
+    run.router,
+    workers_ai_models.router,
+    chat.router,
+    completions.router,
+    openai_models.router,
+    admin.router,
+    health.router,
+)
 
 
 def build_middleware_stack(app: ASGIApp, platform: Platform) -> ASGIApp:
@@ -35,8 +42,12 @@ def create_app(platform: Platform) -> ASGIApp:
         finally:
             await platform.close()
 
-    api = FastAPI(title="Cirrus", version="0.1.0", lifespan=lifespan,
-                  description="Serverless LLM inference: Workers AI and OpenAI-compatible APIs.")
+    api = FastAPI(
+        title="Cirrus",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Serverless LLM inference: Workers AI and OpenAI-compatible APIs.",
+    )
     api.state.platform = platform
     for router in ROUTERS:
         api.include_router(router)

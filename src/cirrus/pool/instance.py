@@ -75,10 +75,18 @@ class Instance:
     def status(self) -> "InstanceStatus":
         worker = self.worker
         return InstanceStatus(
-            id=self.id, model=self.spec.id, state=str(self.state), pid=worker.pid if worker else None,
-            memory_bytes=self.memory_bytes, rss_bytes=worker.rss_bytes() if worker else None,
-            active_requests=self.active, pinned=self.spec.pinned, started_at=self.started_at,
-            load_s=self.load_s, idle_since=self.last_used if self.idle else None, expires_at=self.expires_at,
+            id=self.id,
+            model=self.spec.id,
+            state=str(self.state),
+            pid=worker.pid if worker else None,
+            memory_bytes=self.memory_bytes,
+            rss_bytes=worker.rss_bytes() if worker else None,
+            active_requests=self.active,
+            pinned=self.spec.pinned,
+            started_at=self.started_at,
+            load_s=self.load_s,
+            idle_since=self.last_used if self.idle else None,
+            expires_at=self.expires_at,
         )
 
 

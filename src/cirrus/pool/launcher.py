@@ -41,8 +41,10 @@ class ProcessLauncher:
 
     async def launch(self, spec: ModelSpec) -> WorkerProcess:
         options = LoadOptions(
-            path=str(await self.artifact_path(spec)), n_ctx=spec.context_window,
-            n_threads=self._settings.threads, chat_template=spec.chat_template,
+            path=str(await self.artifact_path(spec)),
+            n_ctx=spec.context_window,
+            n_threads=self._settings.threads,
+            chat_template=spec.chat_template,
         )
         worker = await WorkerProcess.spawn(options, self._settings.worker_start_timeout_s)
         worker.cancel_grace_s = self._settings.worker_cancel_grace_s

@@ -48,7 +48,11 @@ class Lease:
 
 class Pool:
     def __init__(
-        self, launcher: Launcher, budget_bytes: int, queue_size: int, default_keep_alive_s: float,
+        self,
+        launcher: Launcher,
+        budget_bytes: int,
+        queue_size: int,
+        default_keep_alive_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._launcher = launcher

@@ -32,8 +32,12 @@ class GenerationResult:
 class LlamaEngine:
     def __init__(self, path: str, n_ctx: int, n_threads: int, chat_template: str | None) -> None:
         self._llm = llama_cpp.Llama(
-            model_path=path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-            use_mmap=True, verbose=False,
+            model_path=path,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            use_mmap=True,
+            verbose=False,
         )
         template = chat_template or self._llm.metadata.get("tokenizer.chat_template")
         self._formatter = self._chat_formatter(template) if template else None
@@ -122,8 +126,13 @@ class LlamaEngine:
         self._llm.set_seed(sampling.seed if sampling.seed is not None else RANDOM_SEED)
         repeat = sampling.repetition_penalty if sampling.repetition_penalty > 0 else 1.0
         yield from self._llm.generate(
-            prompt, top_k=sampling.top_k, top_p=sampling.top_p, min_p=0.0, temp=sampling.temperature,
-            repeat_penalty=repeat, frequency_penalty=sampling.frequency_penalty,
+            prompt,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            min_p=0.0,
+            temp=sampling.temperature,
+            repeat_penalty=repeat,
+            frequency_penalty=sampling.frequency_penalty,
             presence_penalty=sampling.presence_penalty,
         )
 
@@ -132,7 +141,9 @@ class LlamaEngine:
 
     def _piece(self, token: int) -> bytes:
         vocab = self._llm._model.vocab
-        size = llama_cpp.llama_token_to_piece(vocab, token, self._piece_buffer, len(self._piece_buffer), 0, False)
+        size = llama_cpp.llama_token_to_piece(
+            vocab, token, self._piece_buffer, len(self._piece_buffer), 0, False
+        )
         if size < 0:  # the buffer was too small; it says how much is needed
             self._piece_buffer = ctypes.create_string_buffer(-size)
             size = llama_cpp.llama_token_to_piece(vocab, token, self._piece_buffer, -size, 0, False)

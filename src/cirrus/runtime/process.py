@@ -70,8 +70,12 @@ class WorkerProcess:
     async def spawn(cls, options: LoadOptions, timeout_s: float) -> "WorkerProcess":
         parent_sock, child_sock = socket.socketpair()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cirrus.runtime.worker", str(child_sock.fileno()),
-            pass_fds=(child_sock.fileno(),), stdin=asyncio.subprocess.DEVNULL,
+            sys.executable,
+            "-m",
+            "cirrus.runtime.worker",
+            str(child_sock.fileno()),
+            pass_fds=(child_sock.fileno(),),
+            stdin=asyncio.subprocess.DEVNULL,
         )
         child_sock.close()
         worker = cls(proc, await SocketTransport.over(parent_sock))
@@ -82,7 +86,9 @@ class WorkerProcess:
             await worker.kill()
             if isinstance(exc, WorkerStartFailed):
                 raise
-            raise WorkerStartFailed(f"the worker for {Path(options.path).name} did not start: {exc!r}") from exc
+            raise WorkerStartFailed(
+                f"the worker for {Path(options.path).name} did not start: {exc!r}"
+            ) from exc
         worker._reader = asyncio.create_task(worker._read_frames(), name=f"worker-{proc.pid}-reader")
         return worker
 
@@ -92,7 +98,9 @@ class WorkerProcess:
         frame = await self._transport.recv()
         if frame["type"] != "ready":
             raise WorkerStartFailed(f"the model failed to load: {frame.get('message', frame)}")
-        return EngineInfo(int(frame["n_ctx"]), bool(frame["has_chat_template"]), time.perf_counter() - started)
+        return EngineInfo(
+            int(frame["n_ctx"]), bool(frame["has_chat_template"]), time.perf_counter() - started
+        )
 
     async def _read_frames(self) -> None:
         try:

@@ -5,6 +5,7 @@ implement the same three calls.
 """
 
 import asyncio
+import contextlib
 import socket
 import threading
 from typing import Protocol
@@ -55,10 +56,8 @@ class SocketTransport:
 
     async def close(self) -> None:
         self._writer.close()
-        try:
+        with contextlib.suppress(ConnectionError, OSError):
             await self._writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
 
 
 class BlockingChannel:

@@ -38,11 +38,15 @@ class Worker:
             from cirrus.runtime.engine import LlamaEngine
 
             options = frame["options"]
-            engine = LlamaEngine(options["path"], options["n_ctx"], options["n_threads"], options["chat_template"])
+            engine = LlamaEngine(
+                options["path"], options["n_ctx"], options["n_threads"], options["chat_template"]
+            )
         except Exception as exc:  # any load failure is reported to the server, which decides what to do
             self._channel.send({"type": "load_failed", "message": f"{type(exc).__name__}: {exc}"})
             return None
-        self._channel.send({"type": "ready", "n_ctx": engine.n_ctx, "has_chat_template": engine.has_chat_template})
+        self._channel.send(
+            {"type": "ready", "n_ctx": engine.n_ctx, "has_chat_template": engine.has_chat_template}
+        )
         return engine
 
     def _read_loop(self) -> None:
@@ -89,13 +93,20 @@ class Worker:
                 self._cancelled.discard(request_id)
 
     def _finish(self, request_id: str, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
-        self._channel.send({
-            "type": "finished", "id": request_id, "finish_reason": reason,
-            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-        })
+        self._channel.send(
+            {
+                "type": "finished",
+                "id": request_id,
+                "finish_reason": reason,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+            }
+        )
 
     def _fail(self, request_id: str, kind: str, message: str, param: str | None) -> None:
-        self._channel.send({"type": "failed", "id": request_id, "kind": kind, "message": message, "param": param})
+        self._channel.send(
+            {"type": "failed", "id": request_id, "kind": kind, "message": message, "param": param}
+        )
 
 
 def main(argv: list[str]) -> None:

@@ -5,7 +5,19 @@ from pathlib import Path
 from typing import BinaryIO
 
 MAGIC = b"GGUF"
-SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+SCALAR_FORMATS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 STRING, ARRAY = 8, 9
 MetaValue = int | float | bool | str | list[object]
 

@@ -20,8 +20,13 @@ router = APIRouter(tags=["OpenAI"])
 
 
 def _chunk(chat_id: str, model: str, delta: dict[str, Any], reason: str | None) -> dict[str, Any]:
-    return {"id": chat_id, "object": "chat.completion.chunk", "created": now(), "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}]}
+    return {
+        "id": chat_id,
+        "object": "chat.completion.chunk",
+        "created": now(),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}],
+    }
 
 
 async def _stream(generation: Generation, model: str, include_usage: bool) -> AsyncIterator[bytes]:
@@ -34,8 +39,16 @@ async def _stream(generation: Generation, model: str, include_usage: bool) -> As
                 continue
             yield sse_data(_chunk(chat_id, model, {}, finish_reason(event.finish_reason)))
             if include_usage:
-                yield sse_data({"id": chat_id, "object": "chat.completion.chunk", "created": now(),
-                                "model": model, "choices": [], "usage": usage_dict(event.usage)})
+                yield sse_data(
+                    {
+                        "id": chat_id,
+                        "object": "chat.completion.chunk",
+                        "created": now(),
+                        "model": model,
+                        "choices": [],
+                        "usage": usage_dict(event.usage),
+                    }
+                )
         yield DONE
     except CirrusError as error:
         yield sse_data(error_body(error, WireProtocol.OPENAI))
@@ -48,16 +61,31 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     inference = InferenceRequest(request_id_of(request), spec.id, inputs, body.keep_alive_s())
     if body.stream:
         generation = await platform.service.start(inference)
-        return StreamingResponse(_stream(generation, spec.id, body.include_usage), media_type="text/event-stream")
+        return StreamingResponse(
+            _stream(generation, spec.id, body.include_usage), media_type="text/event-stream"
+        )
     completion = await unless_disconnected(request, platform.service.complete(inference))
     return {
-        "id": response_id("chatcmpl"), "object": "chat.completion", "created": now(), "model": spec.id,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": completion.text},
-                     "finish_reason": finish_reason(completion.finish_reason), "logprobs": None}],
+        "id": response_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": now(),
+        "model": spec.id,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": completion.text},
+                "finish_reason": finish_reason(completion.finish_reason),
+                "logprobs": None,
+            }
+        ],
         "usage": usage_dict(completion.usage),
     }
 
 
 for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
-    router.add_api_route(f"{_prefix}/chat/completions", chat_completions, methods=["POST"],
-                         summary="Create a chat completion (OpenAI)")
+    router.add_api_route(
+        f"{_prefix}/chat/completions",
+        chat_completions,
+        methods=["POST"],
+        summary="Create a chat completion (OpenAI)",
+    )

@@ -24,7 +24,13 @@ def _choice(text: str, reason: str | None) -> dict[str, Any]:
 
 
 def _body(completion_id: str, model: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"id": completion_id, "object": "text_completion", "created": now(), "model": model, "choices": choices}
+    return {
+        "id": completion_id,
+        "object": "text_completion",
+        "created": now(),
+        "model": model,
+        "choices": choices,
+    }
 
 
 async def _stream(generation: Generation, model: str, include_usage: bool) -> AsyncIterator[bytes]:
@@ -49,7 +55,9 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     inference = InferenceRequest(request_id_of(request), spec.id, inputs, body.keep_alive_s())
     if body.stream:
         generation = await platform.service.start(inference)
-        return StreamingResponse(_stream(generation, spec.id, body.include_usage), media_type="text/event-stream")
+        return StreamingResponse(
+            _stream(generation, spec.id, body.include_usage), media_type="text/event-stream"
+        )
     completion = await unless_disconnected(request, platform.service.complete(inference))
     text = body.prompt + completion.text if body.echo else completion.text
     choices = [_choice(text, finish_reason(completion.finish_reason))]
@@ -57,5 +65,6 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
 
 
 for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
-    router.add_api_route(f"{_prefix}/completions", completions, methods=["POST"],
-                         summary="Create a text completion (OpenAI)")
+    router.add_api_route(
+        f"{_prefix}/completions", completions, methods=["POST"], summary="Create a text completion (OpenAI)"
+    )

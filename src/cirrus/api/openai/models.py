@@ -11,8 +11,14 @@ router = APIRouter(tags=["OpenAI"])
 
 
 def _model(entry: CatalogEntry) -> dict[str, Any]:
-    return {"id": entry.spec.id, "object": "model", "created": 0, "owned_by": entry.spec.id.split("/")[1],
-            "installed": entry.installed, "context_window": entry.spec.context_window}
+    return {
+        "id": entry.spec.id,
+        "object": "model",
+        "created": 0,
+        "owned_by": entry.spec.id.split("/")[1],
+        "installed": entry.installed,
+        "context_window": entry.spec.context_window,
+    }
 
 
 async def list_models(request: Request) -> dict[str, Any]:
@@ -27,5 +33,6 @@ async def get_model(model: str, request: Request) -> dict[str, Any]:
 
 for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
     router.add_api_route(f"{_prefix}/models", list_models, methods=["GET"], summary="List models (OpenAI)")
-    router.add_api_route(f"{_prefix}/models/{{model:path}}", get_model, methods=["GET"],
-                         summary="Retrieve a model (OpenAI)")
+    router.add_api_route(
+        f"{_prefix}/models/{{model:path}}", get_model, methods=["GET"], summary="Retrieve a model (OpenAI)"
+    )

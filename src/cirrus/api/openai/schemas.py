@@ -48,9 +48,14 @@ class SamplingFields(BaseModel):
 
     def sampling(self, default_max_tokens: int) -> SamplingParams:
         return SamplingParams(
-            max_tokens=self.max_tokens or default_max_tokens, temperature=self.temperature, top_p=self.top_p,
-            top_k=self.top_k, seed=self.seed, repetition_penalty=self.repetition_penalty,
-            frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
+            max_tokens=self.max_tokens or default_max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            repetition_penalty=self.repetition_penalty,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
             stop=tuple(self.stop or ()),
         )
 
@@ -95,8 +100,11 @@ class CompletionRequest(SamplingFields):
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens}
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
 
 
 def response_id(prefix: str) -> str:

