@@ -69,6 +69,6 @@ def test_memory_estimate_counts_weights_kv_cache_and_compute(tmp_path: Path) -> 
     head_dim = 64 // 4
     assert estimate.weights == 1000
     assert estimate.kv_cache == 2 * 128 * 2 * (head_dim + head_dim) * 2
-    assert estimate.total == estimate.weights + estimate.kv_cache + estimate.compute
+    assert estimate.total == estimate.weights + estimate.kv_cache + estimate.compute + estimate.process
     bigger = estimate_instance(read_metadata(path), weights_bytes=1000, n_ctx=256)
     assert bigger.kv_cache == 2 * estimate.kv_cache

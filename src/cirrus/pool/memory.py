@@ -8,6 +8,9 @@ MIB = 1024 * 1024
 KV_BYTES_PER_VALUE = 2  # llama.cpp's default KV cache type is f16
 COMPUTE_BASE_BYTES = 48 * MIB
 UBATCH_TOKENS = 512
+# A worker is a Python interpreter with llama.cpp loaded: 40 MiB resident before any model (measured), plus
+# allocator slack and the sampler and tokenizer state once a model is loaded.
+PROCESS_OVERHEAD_BYTES = 64 * MIB
 
 
 @dataclass(frozen=True)
@@ -15,10 +18,11 @@ class MemoryEstimate:
     weights: int
     kv_cache: int
     compute: int
+    process: int = PROCESS_OVERHEAD_BYTES
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.compute
+        return self.weights + self.kv_cache + self.compute + self.process
 
 
 def _int(metadata: dict[str, MetaValue], key: str, default: int) -> int:

@@ -124,6 +124,10 @@ class LlamaEngine:
 
     def _tokens(self, prompt: list[int], sampling: SamplingParams) -> Iterator[int]:
         self._llm.set_seed(sampling.seed if sampling.seed is not None else RANDOM_SEED)
+        if sampling.seed is not None:
+            # Logits from a reused prefix differ in the last bits from a full evaluation, enough to change a
+            # sampled token; a seeded request asks for repeatability, so it evaluates its whole prompt.
+            self._llm.reset()
         repeat = sampling.repetition_penalty if sampling.repetition_penalty > 0 else 1.0
         yield from self._llm.generate(
             prompt,
