@@ -4,6 +4,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    except httpx.TransportError as exc:  # a timeout, or a server that went away mid-answer
+        print(f"\ncirrus: lost the connection to {args.url}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
     print()
     return 0
 
@@ -105,11 +112,30 @@ def _admin(args: argparse.Namespace, method: str, path: str) -> dict[str, Any] |
     except httpx.ConnectError:
         print(f"cirrus: no server at {args.url}", file=sys.stderr)
         return None
-    body: dict[str, Any] = response.json()
+    except httpx.TransportError as exc:
+        print(f"cirrus: {args.url}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        print(f"cirrus: {args.url} answered HTTP {response.status_code}, not a Cirrus reply", file=sys.stderr)
+        return None
     if not body.get("success"):
-        print(f"cirrus: {body.get('errors')}", file=sys.stderr)
+        for error in body.get("errors") or [{"message": f"HTTP {response.status_code}"}]:
+            print(f"cirrus: {error.get('message')} (code {error.get('code')})", file=sys.stderr)
         return None
     return body
+
+
+def _expires(inst: dict[str, Any]) -> str:
+    """When an idle instance will be stopped, as seconds from now; instances in use do not expire."""
+    if inst["pinned"]:
+        return "never"
+    if inst["expires_at"] is None:
+        return "-"
+    return f"in {max(0.0, inst['expires_at'] - time.time()):.0f}s"
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
@@ -118,12 +144,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
         return 1
     print(f"{'MODEL':45} {'ID':9} {'STATE':9} {'PID':>7} {'MEMORY':>9} {'ACTIVE':>6}  EXPIRES")
     for inst in body["result"]["instances"]:
-        expires = (
-            "never" if inst["pinned"] else (f"{inst['expires_at']:.0f}" if inst["expires_at"] else "busy")
-        )
         print(
             f"{inst['model']:45} {inst['id']:9} {inst['state']:9} {inst['pid'] or '-':>7} "
-            f"{inst['memory_bytes'] // MIB:>6}MiB {inst['active_requests']:>6}  {expires}"
+            f"{inst['memory_bytes'] // MIB:>6}MiB {inst['active_requests']:>6}  {_expires(inst)}"
         )
     return 0
 

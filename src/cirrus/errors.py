@@ -35,7 +35,9 @@ class NoSuchModel(CirrusError):
 
 
 class ModelNotInstalled(NoSuchModel):
-    pass
+    """The catalog lists the model but its artifact is absent: 400 on both protocols, since the model exists."""
+
+    openai_code = "model_not_installed"
 
 
 class RequestTooLarge(CirrusError):
@@ -92,6 +94,13 @@ class NotFound(CirrusError):
     code = 3042
     openai_type = "not_found_error"
     openai_code = "not_found"
+
+
+class MethodNotAllowed(CirrusError):
+    status = 405
+    code = 3043
+    openai_type = "invalid_request_error"
+    openai_code = "method_not_allowed"
 
 
 class InternalError(CirrusError):

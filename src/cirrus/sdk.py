@@ -9,7 +9,7 @@ import asyncio
 import json
 import queue
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -27,6 +27,7 @@ from cirrus.service import InferenceRequest
 
 T = TypeVar("T")
 Result = dict[str, Any]
+Stream = Generator[Result, None, None]  # close() it to stop early: the generation is cancelled
 _END = object()
 
 
@@ -47,7 +48,9 @@ class Ai:
 
     @staticmethod
     def local(catalog: str | Path | None = None, **settings: Any) -> "LocalAi":
-        return LocalAi(Settings(catalog=Path(catalog) if catalog else None, **settings))
+        if catalog is not None:  # an explicit None would override CIRRUS_CATALOG from the environment
+            settings["catalog"] = Path(catalog)
+        return LocalAi(Settings(**settings))
 
     @staticmethod
     def remote(
@@ -60,7 +63,7 @@ class Ai:
         stream_inputs = {**inputs, "stream": True}
         return self.stream(model, stream_inputs) if inputs.get("stream") else self._run(model, inputs)
 
-    def stream(self, model: str, inputs: dict[str, Any]) -> Iterator[Result]:
+    def stream(self, model: str, inputs: dict[str, Any]) -> Stream:
         raise NotImplementedError
 
     def _run(self, model: str, inputs: dict[str, Any]) -> Result:
@@ -73,7 +76,10 @@ class Ai:
         return self
 
     def __exit__(
-        self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -83,12 +89,21 @@ class LocalAi(Ai):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cirrus-local", daemon=True)
         self._thread.start()
-        self.platform = Platform(settings)
-        self._call(self.platform.start())
+        try:
+            self.platform = Platform(settings)
+            self._call(self.platform.start())
+        except BaseException:
+            self._stop_loop()
+            raise
         self._counter = 0
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:  # e.g. KeyboardInterrupt while waiting: stop the work, don't orphan it
+            future.cancel()
+            raise
 
     def _request(self, model: str, inputs: dict[str, Any]) -> InferenceRequest:
         from pydantic import ValidationError
@@ -108,7 +123,7 @@ class LocalAi(Ai):
             body.keep_alive_s(),
         )
 
-    def stream(self, model: str, inputs: dict[str, Any]) -> Iterator[Result]:
+    def stream(self, model: str, inputs: dict[str, Any]) -> Stream:
         return self._stream(self._request(model, inputs))
 
     def _run(self, model: str, inputs: dict[str, Any]) -> Result:
@@ -119,14 +134,22 @@ class LocalAi(Ai):
             raise AiError.from_cirrus(exc) from None
         return {"response": completion.text, "usage": usage_dict(completion.usage)}
 
-    def _stream(self, request: InferenceRequest) -> Iterator[Result]:
+    def _stream(self, request: InferenceRequest) -> Stream:
         items: queue.Queue[object] = queue.Queue()
-        asyncio.run_coroutine_threadsafe(self._pump(self._events(request), items), self._loop)
-        while (item := items.get()) is not _END:
-            if isinstance(item, CirrusError):
-                raise AiError.from_cirrus(item)
-            assert isinstance(item, dict)
-            yield item
+        pump = asyncio.run_coroutine_threadsafe(self._pump(self._events(request), items), self._loop)
+        try:
+            while (item := items.get()) is not _END:
+                if isinstance(item, CirrusError):
+                    raise AiError.from_cirrus(item)
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, dict)
+                yield item
+        finally:
+            # A consumer that stops early (break, close, an exception) cancels the generation, which
+            # releases its instance, instead of leaving it generating tokens nobody reads.
+            if not self._loop.is_closed():
+                pump.cancel()
 
     async def _events(self, request: InferenceRequest) -> AsyncIterator[Result]:
         async for event in await self.platform.service.start(request):
@@ -140,16 +163,23 @@ class LocalAi(Ai):
         try:
             async for event in events:
                 items.put(event)
-        except CirrusError as exc:
+        except Exception as exc:  # handed to the consuming thread, which raises it there
             items.put(exc)
         finally:
             items.put(_END)
 
     def close(self) -> None:
         if self._loop.is_running():
-            self._call(self.platform.close())
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
+            try:
+                self._call(self.platform.close())
+            finally:
+                self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 class RemoteAi(Ai):
@@ -161,23 +191,23 @@ class RemoteAi(Ai):
     def _path(model: str) -> str:
         return f"/ai/run/{quote(model, safe='@/')}"
 
-    def stream(self, model: str, inputs: dict[str, Any]) -> Iterator[Result]:
+    def stream(self, model: str, inputs: dict[str, Any]) -> Stream:
         return self._stream(self._path(model), {**inputs, "stream": True})
 
     def _run(self, model: str, inputs: dict[str, Any]) -> Result:
         path = self._path(model)
         response = self._client.post(path, json=inputs)
-        body = response.json()
+        body = _json_body(response)
         if not body.get("success"):
             raise _remote_error(body, response.status_code)
         result: Result = body["result"]
         return result
 
-    def _stream(self, path: str, inputs: dict[str, Any]) -> Iterator[Result]:
+    def _stream(self, path: str, inputs: dict[str, Any]) -> Stream:
         with self._client.stream("POST", path, json=inputs) as response:
             if response.status_code != 200:
                 response.read()
-                raise _remote_error(response.json(), response.status_code)
+                raise _remote_error(_json_body(response), response.status_code)
             for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
@@ -188,6 +218,15 @@ class RemoteAi(Ai):
 
     def close(self) -> None:
         self._client.close()
+
+
+def _json_body(response: httpx.Response) -> dict[str, Any]:
+    """The response's JSON object; for anything else (a proxy's HTML page, an empty body), an empty dict."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _remote_error(body: dict[str, Any], status: int) -> AiError:

@@ -1,6 +1,7 @@
 """Render a CirrusError once, in the envelope of the protocol the caller speaks."""
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -31,9 +32,11 @@ def openai_status(error: CirrusError) -> int:
     return 404 if error.openai_code == "model_not_found" else error.status
 
 
-def error_response(error: CirrusError, protocol: WireProtocol) -> JSONResponse:
+def error_response(
+    error: CirrusError, protocol: WireProtocol, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     status = openai_status(error) if protocol is WireProtocol.OPENAI else error.status
-    headers = {}
+    all_headers = dict(headers or {})
     if error.retry_after_s is not None:
-        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
-    return JSONResponse(error_body(error, protocol), status_code=status, headers=headers)
+        all_headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
+    return JSONResponse(error_body(error, protocol), status_code=status, headers=all_headers)

@@ -13,6 +13,7 @@ from cirrus.api.workers_ai import models as workers_ai_models
 from cirrus.api.workers_ai import run
 from cirrus.gateway.body_limit import BodyLimitMiddleware
 from cirrus.gateway.handlers import install_handlers
+from cirrus.gateway.json_body import JsonBodyMiddleware
 from cirrus.gateway.request_id import RequestIdMiddleware
 from cirrus.platform import Platform
 
@@ -29,6 +30,7 @@ ROUTERS = (
 
 def build_middleware_stack(app: ASGIApp, platform: Platform) -> ASGIApp:
     """Outermost last: the request id wraps everything, so even a refused body carries one."""
+    app = JsonBodyMiddleware(app)
     app = BodyLimitMiddleware(app, platform.settings.max_body_bytes)
     return RequestIdMiddleware(app)
 

@@ -1,14 +1,16 @@
-"""Refuse request bodies over the limit with 413 (Workers AI code 3006) before they are read whole."""
+"""Refuse request bodies over the limit with 413 (Workers AI code 3006) before they are read whole.
+
+A declared Content-Length over the limit is refused before a byte is read (the server holds the body to it).
+A body without one (chunked) is read here, at most the limit plus one chunk, and refused as soon as it passes
+the limit; otherwise the app receives it whole. Raising from inside the app's receive() would not do: FastAPI
+turns any exception while it reads the body into its own 400 "error parsing the body".
+"""
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cirrus.api.errors import error_response
 from cirrus.api.protocol import protocol_for
 from cirrus.errors import RequestTooLarge
-
-
-class BodyTooLarge(Exception):
-    pass
 
 
 class BodyLimitMiddleware:
@@ -20,31 +22,51 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self._declared_length(scope) > self.max_bytes:
+        declared = self._declared_length(scope)
+        if declared is not None:
+            if declared > self.max_bytes:
+                await self._refuse(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+            return
+        body = await self._read_within_limit(receive)
+        if body is None:
             await self._refuse(scope, receive, send)
             return
-        received = 0
-
-        async def counting_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_bytes:
-                raise BodyTooLarge
-            return message
-
-        try:
-            await self.app(scope, counting_receive, send)
-        except BodyTooLarge:
-            await self._refuse(scope, receive, send)
+        await self.app(scope, self._replay(body, receive), send)
 
     @staticmethod
-    def _declared_length(scope: Scope) -> int:
+    def _declared_length(scope: Scope) -> int | None:
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit():
                 return int(value)
-        return 0
+        return None
+
+    async def _read_within_limit(self, receive: Receive) -> Message | None:
+        """The whole body as one http.request message, or None once it passes the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: let the app see it
+                return message
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+    @staticmethod
+    def _replay(first: Message, receive: Receive) -> Receive:
+        pending: list[Message] = [first]
+
+        async def replay_receive() -> Message:
+            return pending.pop() if pending else await receive()
+
+        return replay_receive
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        error = RequestTooLarge(f"Request is too large: the body limit is {self.max_bytes} bytes")
+        error = RequestTooLarge(f"Request is too large: the body is over the limit of {self.max_bytes} bytes")
         await error_response(error, protocol_for(scope["path"]))(scope, receive, send)

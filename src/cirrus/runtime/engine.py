@@ -127,7 +127,7 @@ class LlamaEngine:
         if sampling.seed is not None:
             # Logits from a reused prefix differ in the last bits from a full evaluation, enough to change a
             # sampled token; a seeded request asks for repeatability, so it evaluates its whole prompt.
-            self._llm.reset()
+            self._llm.reset()  # type: ignore[no-untyped-call]
         repeat = sampling.repetition_penalty if sampling.repetition_penalty > 0 else 1.0
         yield from self._llm.generate(
             prompt,

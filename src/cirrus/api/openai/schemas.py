@@ -4,33 +4,41 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 
-from cirrus.api.keep_alive import parse_keep_alive
+from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
 from cirrus.runtime.params import SamplingParams, Usage
 
 MAX_PROMPT_CHARS = 131072
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool = False
+    include_usage: bool = Field(default=False, strict=True)
 
 
 class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1, le=131072)
-    temperature: float = Field(default=1.0, ge=0, le=2)
-    top_p: float = Field(default=1.0, ge=0, le=1)
-    top_k: int = Field(default=40, ge=1, le=50)
-    n: int = Field(default=1, ge=1, le=1, description="only 1 is supported")
-    seed: int | None = None
+    max_tokens: int | None = Field(default=None, ge=1, le=131072, strict=True)
+    temperature: float = Field(default=1.0, ge=0, le=2, strict=True)
+    top_p: float = Field(default=1.0, ge=0, le=1, strict=True)
+    top_k: int = Field(default=40, ge=1, le=50, strict=True)
+    n: int = Field(default=1, ge=1, le=1, strict=True, description="only 1 is supported")
+    seed: int | None = Field(default=None, strict=True)
     stop: list[str] | None = Field(default=None, max_length=16)
-    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
-    presence_penalty: float = Field(default=0.0, ge=-2, le=2)
-    repetition_penalty: float = Field(default=1.0, ge=0, le=2)
-    stream: bool = False
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2, strict=True)
+    presence_penalty: float = Field(default=0.0, ge=-2, le=2, strict=True)
+    repetition_penalty: float = Field(default=1.0, ge=0, le=2, strict=True)
+    stream: bool = Field(default=False, strict=True)
     stream_options: StreamOptions | None = None
     user: str | None = None
     keep_alive: float | str | None = None
@@ -40,11 +48,10 @@ class SamplingFields(BaseModel):
     def _stop_as_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
-    @field_validator("keep_alive")
+    @field_validator("keep_alive", mode="before")
     @classmethod
-    def _valid_keep_alive(cls, value: float | str | None) -> float | str | None:
-        parse_keep_alive(value)
-        return value
+    def _valid_keep_alive(cls, value: Any) -> Any:
+        return check_keep_alive(value)
 
     def sampling(self, default_max_tokens: int) -> SamplingParams:
         return SamplingParams(
@@ -73,6 +80,18 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
 
+    @field_validator("content", mode="wrap")
+    @classmethod
+    def _valid_content(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """One error naming 'content', rather than one per member of its union."""
+        try:
+            content = handler(value)
+        except ValidationError:
+            raise ValueError("content must be a string, a list of content parts, or null") from None
+        if isinstance(content, str) and len(content) > MAX_PROMPT_CHARS:
+            raise ValueError(f"content must be at most {MAX_PROMPT_CHARS} characters")
+        return content
+
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
@@ -81,7 +100,16 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=131072)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=131072, strict=True)
+    prompt: SkipJsonSchema[Any] = Field(default=None, exclude=True)
+
+    @field_validator("prompt")
+    @classmethod
+    def _no_prompt(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(
+                "chat completions take 'messages', not 'prompt' (send a prompt to /v1/completions)"
+            )
 
     def chat_messages(self) -> tuple[dict[str, Any], ...]:
         role = {"developer": "system"}
@@ -96,7 +124,16 @@ class ChatCompletionRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
-    echo: bool = False
+    echo: bool = Field(default=False, strict=True)
+    messages: SkipJsonSchema[Any] = Field(default=None, exclude=True)
+
+    @field_validator("messages")
+    @classmethod
+    def _no_messages(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(
+                "completions take 'prompt', not 'messages' (send messages to /v1/chat/completions)"
+            )
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:

@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cirrus.api.keep_alive import parse_keep_alive
+from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
 from cirrus.runtime.params import GenerationInput, SamplingParams, Usage
 
 MAX_PROMPT_CHARS = 131072
@@ -18,22 +18,25 @@ class ChatMessage(BaseModel):
 
 
 class TextGenerationInput(BaseModel):
-    """`prompt` (optionally `raw`) or `messages`, plus sampling options."""
+    """`prompt` (optionally `raw`) or `messages`, plus sampling options.
+
+    Numbers and booleans are strict, as in Workers AI's JSON schemas: "0.5" is not a temperature, true is not a
+    max_tokens, "yes" is not a stream flag."""
 
     model_config = ConfigDict(extra="ignore")
 
     prompt: str | None = Field(default=None, min_length=1, max_length=MAX_PROMPT_CHARS)
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
-    raw: bool = False
-    stream: bool = False
-    max_tokens: int | None = Field(default=None, ge=1, le=131072)
-    temperature: float = Field(default=0.6, ge=0, le=5)
-    top_p: float = Field(default=1.0, ge=0, le=2)
-    top_k: int = Field(default=40, ge=1, le=50)
-    seed: int | None = Field(default=None, ge=0, le=9999999999)
-    repetition_penalty: float = Field(default=1.0, ge=0, le=2)
-    frequency_penalty: float = Field(default=0.0, ge=0, le=2)
-    presence_penalty: float = Field(default=0.0, ge=0, le=2)
+    raw: bool = Field(default=False, strict=True)
+    stream: bool = Field(default=False, strict=True)
+    max_tokens: int | None = Field(default=None, ge=1, le=131072, strict=True)
+    temperature: float = Field(default=0.6, ge=0, le=5, strict=True)
+    top_p: float = Field(default=1.0, ge=0, le=2, strict=True)
+    top_k: int = Field(default=40, ge=1, le=50, strict=True)
+    seed: int | None = Field(default=None, ge=0, le=9999999999, strict=True)
+    repetition_penalty: float = Field(default=1.0, ge=0, le=2, strict=True)
+    frequency_penalty: float = Field(default=0.0, ge=0, le=2, strict=True)
+    presence_penalty: float = Field(default=0.0, ge=0, le=2, strict=True)
     stop: list[str] | None = Field(default=None, max_length=16)
     keep_alive: float | str | None = Field(default=None, description="seconds, or a duration such as '5m'")
 
@@ -42,16 +45,17 @@ class TextGenerationInput(BaseModel):
     def _stop_as_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
-    @field_validator("keep_alive")
+    @field_validator("keep_alive", mode="before")
     @classmethod
-    def _valid_keep_alive(cls, value: float | str | None) -> float | str | None:
-        parse_keep_alive(value)
-        return value
+    def _valid_keep_alive(cls, value: Any) -> Any:
+        return check_keep_alive(value)
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> "TextGenerationInput":
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("send exactly one of 'prompt' or 'messages'")
+        if self.prompt is not None and self.messages is not None:
+            raise ValueError("send either 'prompt' or 'messages', not both")
+        if self.prompt is None and self.messages is None:
+            raise ValueError("'prompt' or 'messages' is required")
         return self
 
     def generation_input(self, default_max_tokens: int) -> GenerationInput:
