@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     reaper_interval_s: float = 1.0
     worker_start_timeout_s: float = 120.0
     worker_cancel_grace_s: float = 5.0
+    spare_workers: int = 1
     max_body_bytes: int = 4 * 1024 * 1024
 
     def budget_bytes(self) -> int:

@@ -28,6 +28,7 @@ class Platform:
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
+        self._background.append(asyncio.create_task(self.launcher.spares.fill()))
         self._background.append(asyncio.create_task(self.pool.run_reaper(self.settings.reaper_interval_s)))
         for entry in self.catalog.entries():
             if entry.spec.pinned and entry.installed:
@@ -46,3 +47,4 @@ class Platform:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.pool.close()
+        await self.launcher.spares.close()

@@ -17,8 +17,9 @@ from urllib.parse import quote
 
 import httpx
 
+from cirrus.api.usage import usage_dict
 from cirrus.api.validation import invalid_input
-from cirrus.api.workers_ai.schemas import TextGenerationInput, usage_dict
+from cirrus.api.workers_ai.schemas import TextGenerationInput
 from cirrus.config import Settings
 from cirrus.errors import CirrusError
 from cirrus.platform import Platform

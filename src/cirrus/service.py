@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from cirrus.catalog import Catalog
-from cirrus.errors import RequestTimeout
 from cirrus.pool import Lease, Pool
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.params import GenerationInput, Usage
@@ -18,6 +17,7 @@ class InferenceRequest:
     model: str
     inputs: GenerationInput
     keep_alive_s: float | None = None
+    affinity: str | None = None
 
 
 @dataclass
@@ -36,7 +36,6 @@ class Generation:
 
     lease: Lease
     _events: AsyncIterator[GenerationEvent]
-    _deadline: float
     _first: GenerationEvent
     _keep_alive_s: float | None
     _closed: bool = field(default=False)
@@ -55,7 +54,7 @@ class Generation:
             await self.aclose()
 
     async def _next(self) -> GenerationEvent:
-        return await _next_before(self._events, self._deadline)
+        return await anext(self._events)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -82,14 +81,6 @@ class Generation:
         raise RuntimeError("generation ended without a finish event")
 
 
-async def _next_before(events: AsyncIterator[GenerationEvent], deadline: float) -> GenerationEvent:
-    remaining = deadline - asyncio.get_running_loop().time()
-    try:
-        return await asyncio.wait_for(anext(events), max(remaining, 0))
-    except TimeoutError:
-        raise RequestTimeout("the request ran past its execution time limit and was cancelled") from None
-
-
 class InferenceService:
     def __init__(self, catalog: Catalog, pool: Pool, request_timeout_s: float) -> None:
         self.catalog = catalog
@@ -98,17 +89,18 @@ class InferenceService:
 
     async def start(self, request: InferenceRequest) -> Generation:
         spec = self.catalog.require_installed(request.model)
-        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
-        lease = await self.pool.acquire(spec, deadline)
-        events = lease.worker.generate(request.request_id, request.inputs)
+        started = asyncio.get_running_loop().time()
+        deadline = started + self.request_timeout_s
+        lease = await self.pool.acquire(spec, deadline, request.affinity)
+        events = lease.worker.generate(request.request_id, request.inputs, deadline)
         try:
-            first = await _next_before(events, deadline)
+            first = await anext(events)
         except BaseException:
-            await Generation(
-                lease, events, deadline, Finished("error", Usage(0, 0)), request.keep_alive_s
-            ).aclose()
+            await Generation(lease, events, Finished("error", Usage(0, 0)), request.keep_alive_s).aclose()
             raise
-        return Generation(lease, events, deadline, first, request.keep_alive_s)
+        if lease.cold_start:
+            lease.instance.first_token_s = asyncio.get_running_loop().time() - started
+        return Generation(lease, events, first, request.keep_alive_s)
 
     async def complete(self, request: InferenceRequest) -> Completion:
         return await (await self.start(request)).collect()

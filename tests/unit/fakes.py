@@ -12,9 +12,9 @@ _pids = itertools.count(1000)
 
 
 def spec(name: str, **fields: object) -> ModelSpec:
-    return ModelSpec.model_validate(
-        {"id": f"@cf/test/{name}", "artifact": ArtifactRef(path="/x.gguf"), **fields}
-    )
+    """A one-slot model unless told otherwise, so a lease makes its instance busy."""
+    base = {"id": f"@cf/test/{name}", "artifact": ArtifactRef(path="/x.gguf"), "parallel": 1}
+    return ModelSpec.model_validate({**base, **fields})
 
 
 class FakeWorker:
@@ -50,7 +50,9 @@ class FakeWorker:
         for callback in self._on_exit:
             callback()
 
-    async def generate(self, request_id: str, inputs: GenerationInput) -> AsyncIterator[GenerationEvent]:
+    async def generate(
+        self, request_id: str, inputs: GenerationInput, deadline: float | None = None
+    ) -> AsyncIterator[GenerationEvent]:
         yield TextDelta("hi")
         yield Finished("stop", Usage(1, 1))
 

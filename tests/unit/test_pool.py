@@ -202,3 +202,31 @@ async def test_unload_stops_idle_instances_only() -> None:
     assert await pool.unload(LARGE.id) == 0
     assert [s.model for s in pool.statuses()] == [LARGE.id]
     busy.release()
+
+
+async def test_a_batching_instance_takes_as_many_requests_as_it_has_slots_before_scaling_out() -> None:
+    pool, launcher, _ = make_pool()
+    batched = spec("batched", parallel=3, max_instances=2)
+    launcher.sizes[batched.id] = 100 * MB
+    leases = [await pool.acquire(batched, deadline()) for _ in range(3)]
+    assert len(launcher.launched) == 1 and len({lease.instance.id for lease in leases}) == 1
+    fourth = await pool.acquire(batched, deadline())
+    assert len(launcher.launched) == 2 and fourth.cold_start
+    for lease in [*leases, fourth]:
+        lease.release()
+
+
+async def test_requests_with_the_same_affinity_key_go_to_the_same_instance() -> None:
+    pool, launcher, _ = make_pool()
+    batched = spec("batched", parallel=2, max_instances=2)
+    launcher.sizes[batched.id] = 100 * MB
+    first = await pool.acquire(batched, deadline(), affinity="alice")
+    second = await pool.acquire(batched, deadline())
+    third = await pool.acquire(batched, deadline())
+    assert second.instance is first.instance and third.instance is not first.instance
+    second.release()
+    third.release()
+    again = await pool.acquire(batched, deadline(), affinity="alice")
+    assert again.instance is first.instance, "the least loaded instance is the other one, affinity wins"
+    first.release()
+    again.release()

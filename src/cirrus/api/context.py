@@ -10,5 +10,10 @@ def platform_of(request: Request) -> Platform:
     return platform
 
 
+def affinity_of(request: Request) -> str | None:
+    """The `x-session-affinity` header: requests sharing it go to the instance that holds their prefix."""
+    return request.headers.get("x-session-affinity") or None
+
+
 def request_id_of(request: Request) -> str:
     return str(request.scope.get("state", {}).get("request_id", ""))

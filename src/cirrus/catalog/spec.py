@@ -55,6 +55,16 @@ class ModelSpec(BaseModel):
     pricing: Pricing = Pricing()
     keep_alive_s: float | None = Field(default=None, ge=0)
     max_instances: int = Field(default=1, ge=1)
+    parallel: int = Field(default=4, ge=1, le=64, description="sequences one instance decodes together")
+    kv_cache_tokens: int | None = Field(
+        default=None,
+        ge=128,
+        description="KV cache cells shared by an instance's sequences (default: parallel x context)",
+    )
     pinned: bool = False
     chat_template: str | None = None
     install_hint: str = ""
+
+    @property
+    def kv_cells(self) -> int:
+        return self.kv_cache_tokens or self.parallel * self.context_window

@@ -30,7 +30,9 @@ class Worker(Protocol):
 
     async def kill(self) -> None: ...
 
-    def generate(self, request_id: str, inputs: GenerationInput) -> AsyncIterator[GenerationEvent]: ...
+    def generate(
+        self, request_id: str, inputs: GenerationInput, deadline: float | None = None
+    ) -> AsyncIterator[GenerationEvent]: ...
 
     async def settled(self) -> None: ...
 
@@ -57,10 +59,16 @@ class Instance:
     active: int = 0
     started_at: float = 0.0
     load_s: float = 0.0
+    first_token_s: float | None = None
 
     @property
     def idle(self) -> bool:
         return self.state is InstanceState.READY and self.active == 0
+
+    @property
+    def has_room(self) -> bool:
+        """Ready, and decoding fewer sequences than it has slots for."""
+        return self.state is InstanceState.READY and self.active < self.spec.parallel
 
     @property
     def evictable(self) -> bool:
@@ -82,9 +90,11 @@ class Instance:
             memory_bytes=self.memory_bytes,
             rss_bytes=worker.rss_bytes() if worker else None,
             active_requests=self.active,
+            parallel=self.spec.parallel,
             pinned=self.spec.pinned,
             started_at=self.started_at,
             load_s=self.load_s,
+            first_token_s=self.first_token_s,
             idle_since=self.last_used if self.idle else None,
             expires_at=self.expires_at,
         )
@@ -99,8 +109,10 @@ class InstanceStatus:
     memory_bytes: int
     rss_bytes: int | None
     active_requests: int
+    parallel: int
     pinned: bool
     started_at: float
     load_s: float
+    first_token_s: float | None
     idle_since: float | None
     expires_at: float | None

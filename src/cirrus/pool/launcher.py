@@ -1,6 +1,7 @@
 """Start real worker processes for catalog models, and estimate their memory before doing so."""
 
 import asyncio
+import os
 from pathlib import Path
 
 from cirrus.catalog import Catalog, ModelSpec
@@ -9,7 +10,17 @@ from cirrus.config import Settings
 from cirrus.errors import ModelNotInstalled
 from cirrus.pool.memory import MemoryEstimate, estimate_instance
 from cirrus.runtime.process import LoadOptions, WorkerProcess
+from cirrus.runtime.spares import SpareWorkers
 from cirrus.store.gguf import read_metadata
+
+
+def readahead(path: Path) -> None:
+    """Ask the kernel to start reading the weights now, while the worker process gets ready to map them."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(descriptor)
 
 
 class ProcessLauncher:
@@ -18,6 +29,7 @@ class ProcessLauncher:
         self._settings = settings
         self._estimates: dict[str, MemoryEstimate] = {}
         self._paths: dict[str, Path] = {}
+        self.spares = SpareWorkers(settings.spare_workers)
 
     async def artifact_path(self, spec: ModelSpec) -> Path:
         if spec.id not in self._paths:
@@ -33,7 +45,7 @@ class ProcessLauncher:
         if spec.id not in self._estimates:
             path = await self.artifact_path(spec)
             metadata = await asyncio.to_thread(read_metadata, path)
-            self._estimates[spec.id] = estimate_instance(metadata, path.stat().st_size, spec.context_window)
+            self._estimates[spec.id] = estimate_instance(metadata, path.stat().st_size, spec.kv_cells)
         return self._estimates[spec.id]
 
     async def estimate_bytes(self, spec: ModelSpec) -> int:
@@ -44,8 +56,12 @@ class ProcessLauncher:
             path=str(await self.artifact_path(spec)),
             n_ctx=spec.context_window,
             n_threads=self._settings.threads,
+            parallel=spec.parallel,
+            kv_cells=spec.kv_cells,
             chat_template=spec.chat_template,
         )
-        worker = await WorkerProcess.spawn(options, self._settings.worker_start_timeout_s)
+        await asyncio.to_thread(readahead, Path(options.path))
+        worker, _ = await self.spares.take()
+        await worker.load(options, self._settings.worker_start_timeout_s)
         worker.cancel_grace_s = self._settings.worker_cancel_grace_s
         return worker

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from cirrus.catalog import ModelSpec
 from cirrus.errors import CapacityExceeded, ModelTooLarge, RequestTimeout
+from cirrus.pool.affinity import AffinityTable
 from cirrus.pool.instance import Instance, InstanceState, InstanceStatus, Worker
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Pool:
         self._waiting: dict[str, int] = {}
         self._changed = asyncio.Condition()
         self._stops: set[asyncio.Task[None]] = set()
+        self._affinity = AffinityTable()
 
     # -- what callers see -------------------------------------------------------------------------------------
 
@@ -76,19 +78,25 @@ class Pool:
     def waiting(self, model_id: str) -> int:
         return self._waiting.get(model_id, 0)
 
-    async def acquire(self, spec: ModelSpec, deadline: float) -> Lease:
-        """Lease an instance of spec, cold-starting one if needed; deadline is on the loop's clock."""
+    async def acquire(self, spec: ModelSpec, deadline: float, affinity: str | None = None) -> Lease:
+        """Lease a slot on an instance of spec, cold-starting one if needed; deadline is on the loop's clock.
+
+        Requests with the same affinity key go to the same instance while it has room, so they find their
+        earlier turns in its prefix cache.
+        """
         enqueued = asyncio.get_running_loop().time()
-        if self.waiting(spec.id) >= self._queue_size and not self._idle(spec.id):
+        if self.waiting(spec.id) >= self._queue_size and self._with_room(spec.id, affinity) is None:
             raise CapacityExceeded("Capacity temporarily exceeded, please try again.", retry_after_s=1.0)
         self._waiting[spec.id] = self.waiting(spec.id) + 1
         try:
             async with asyncio.timeout_at(deadline):
-                instance, cold = await self._obtain(spec)
+                instance, cold = await self._obtain(spec, affinity)
         except TimeoutError:
             raise RequestTimeout(f"the request waited in {spec.id}'s queue past its time limit") from None
         finally:
             self._waiting[spec.id] -= 1
+        if affinity is not None:
+            self._affinity.remember(affinity, instance.id)
         return Lease(instance, cold, asyncio.get_running_loop().time() - enqueued, self)
 
     async def prewarm(self, spec: ModelSpec, timeout_s: float) -> InstanceStatus:
@@ -122,15 +130,20 @@ class Pool:
 
     # -- scheduling -------------------------------------------------------------------------------------------
 
-    def _idle(self, model_id: str) -> Instance | None:
-        idle = [i for i in self._instances if i.spec.id == model_id and i.idle]
-        return max(idle, key=lambda instance: instance.last_used) if idle else None
+    def _with_room(self, model_id: str, affinity: str | None) -> Instance | None:
+        """An instance that can take one more sequence: the affine one if it can, else the least loaded."""
+        candidates = [i for i in self._instances if i.spec.id == model_id and i.has_room]
+        preferred = self._affinity.get(affinity) if affinity is not None else None
+        for instance in candidates:
+            if instance.id == preferred:
+                return instance
+        return min(candidates, key=lambda i: (i.active, -i.last_used)) if candidates else None
 
-    async def _obtain(self, spec: ModelSpec) -> tuple[Instance, bool]:
+    async def _obtain(self, spec: ModelSpec, affinity: str | None) -> tuple[Instance, bool]:
         needed = await self._launcher.estimate_bytes(spec)
         self._check_can_ever_fit(spec, needed)
         while True:
-            instance = self._idle(spec.id)
+            instance = self._with_room(spec.id, affinity)
             if instance is not None:
                 instance.active += 1
                 return instance, False
@@ -151,7 +164,8 @@ class Pool:
             )
 
     def _may_add_instance(self, spec: ModelSpec) -> bool:
-        """Below max_instances, and no instance of it already starting (requests queue behind a cold start)."""
+        """Below max_instances, and none starting: requests queue behind a cold start, and a model scales out
+        only when every instance's batch is full."""
         mine = [i for i in self._instances if i.spec.id == spec.id and i.state is not InstanceState.STOPPING]
         starting = any(i.state is InstanceState.STARTING for i in mine)
         return len(mine) < spec.max_instances and not starting

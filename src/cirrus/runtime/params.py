@@ -51,6 +51,7 @@ class GenerationInput:
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -12,11 +12,20 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cirrus.errors import CirrusError, InternalError, InvalidInput, WorkerCrashed, WorkerStartFailed
+from cirrus.errors import (
+    CapacityExceeded,
+    CirrusError,
+    InternalError,
+    InvalidInput,
+    RequestTimeout,
+    WorkerCrashed,
+    WorkerStartFailed,
+)
+from cirrus.runtime.channel import TransportClosed
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.params import GenerationInput, Usage
-from cirrus.runtime.transport import SocketTransport, Transport, TransportClosed
+from cirrus.runtime.transport import SocketTransport, Transport
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +35,8 @@ class LoadOptions:
     path: str
     n_ctx: int
     n_threads: int
+    parallel: int = 1
+    kv_cells: int = 0
     chat_template: str | None = None
 
 
@@ -36,10 +47,16 @@ class EngineInfo:
     load_s: float
 
 
+def _timed_out() -> RequestTimeout:
+    return RequestTimeout("the request ran past its execution time limit and was cancelled")
+
+
 def _worker_error(frame: Frame) -> CirrusError:
     message = str(frame.get("message", "worker error"))
     if frame.get("kind") == "invalid_input":
         return InvalidInput(message, param=frame.get("param"))
+    if frame.get("kind") == "capacity":
+        return CapacityExceeded(message, retry_after_s=1.0)
     return InternalError(message)
 
 
@@ -63,11 +80,16 @@ class WorkerProcess:
     def alive(self) -> bool:
         return not self._dead
 
+    @property
+    def exited(self) -> bool:
+        return self._proc.returncode is not None
+
     def on_exit(self, callback: Callable[[], None]) -> None:
         self._exit_callbacks.append(callback)
 
     @classmethod
-    async def spawn(cls, options: LoadOptions, timeout_s: float) -> "WorkerProcess":
+    async def start(cls) -> "WorkerProcess":
+        """A process with the engine imported, waiting to be told which model to load."""
         parent_sock, child_sock = socket.socketpair()
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -78,19 +100,25 @@ class WorkerProcess:
             stdin=asyncio.subprocess.DEVNULL,
         )
         child_sock.close()
-        worker = cls(proc, await SocketTransport.over(parent_sock))
+        return cls(proc, await SocketTransport.over(parent_sock))
+
+    @property
+    def loaded(self) -> bool:
+        return self.info is not None
+
+    async def load(self, options: LoadOptions, timeout_s: float) -> None:
+        """Load the model; on any failure the process is killed and WorkerStartFailed raised."""
         try:
             async with asyncio.timeout(timeout_s):
-                worker.info = await worker._load(options)
+                self.info = await self._load(options)
         except (TimeoutError, TransportClosed, CirrusError) as exc:
-            await worker.kill()
+            await self.kill()
             if isinstance(exc, WorkerStartFailed):
                 raise
             raise WorkerStartFailed(
                 f"the worker for {Path(options.path).name} did not start: {exc!r}"
             ) from exc
-        worker._reader = asyncio.create_task(worker._read_frames(), name=f"worker-{proc.pid}-reader")
-        return worker
+        self._reader = asyncio.create_task(self._read_frames(), name=f"worker-{self.pid}-reader")
 
     async def _load(self, options: LoadOptions) -> EngineInfo:
         started = time.perf_counter()
@@ -123,13 +151,19 @@ class WorkerProcess:
         for callback in self._exit_callbacks:
             callback()
 
-    async def generate(self, request_id: str, inputs: GenerationInput) -> AsyncIterator[GenerationEvent]:
-        """Stream one generation. Leaving early (break, cancel, error) cancels it in the worker."""
+    async def generate(
+        self, request_id: str, inputs: GenerationInput, deadline: float | None = None
+    ) -> AsyncIterator[GenerationEvent]:
+        """Stream one generation. Leaving early (break, cancel, error) cancels it in the worker; past the
+        deadline (on the loop's clock) it raises RequestTimeout. One timer per request, not one per token."""
         if self._dead:
             raise WorkerCrashed("the model's worker process is not running")
         queue: asyncio.Queue[Frame | CirrusError] = asyncio.Queue()
         self._streams[request_id] = queue
         finished = False
+        timer = None
+        if deadline is not None:
+            timer = asyncio.get_running_loop().call_at(deadline, queue.put_nowait, _timed_out())
         try:
             await self._send({"type": "generate", "id": request_id, "input": inputs.to_frame()})
             while not finished:
@@ -140,6 +174,8 @@ class WorkerProcess:
             finished = True
             raise
         finally:
+            if timer is not None:
+                timer.cancel()
             if not finished:
                 self._abandon(request_id, queue)
             else:
@@ -151,7 +187,9 @@ class WorkerProcess:
         if item["type"] == "text":
             return TextDelta(item["text"])
         if item["type"] == "finished":
-            usage = Usage(int(item["prompt_tokens"]), int(item["completion_tokens"]))
+            usage = Usage(
+                int(item["prompt_tokens"]), int(item["completion_tokens"]), int(item["cached_tokens"])
+            )
             return Finished(str(item["finish_reason"]), usage)
         raise _worker_error(item)
 

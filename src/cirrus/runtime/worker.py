@@ -1,7 +1,9 @@
 """Entry point of a worker process: `python -m cirrus.runtime.worker FD`.
 
-One engine per process. A reader thread takes frames off the socket (so a cancel arrives while the main thread
-is generating); the main thread runs generations one after another and streams text frames back.
+One model per process. The engine is imported as the process starts, before the server says which model to load,
+so a process started ahead of need (a spare) pays only for mapping weights when a cold start comes. A reader
+thread takes frames off the socket, so a cancel arrives while the main thread is decoding; the main thread runs
+the batch scheduler one decode step at a time while there is work.
 """
 
 import os
@@ -12,42 +14,70 @@ import sys
 import threading
 from typing import Any
 
+from cirrus.runtime.channel import BlockingChannel, TransportClosed
 from cirrus.runtime.frames import Frame
-from cirrus.runtime.params import GenerationInput
-from cirrus.runtime.transport import BlockingChannel, TransportClosed
+from cirrus.runtime.llama import ContextShape, LlamaModel
+from cirrus.runtime.prompts import PromptBuilder
+from cirrus.runtime.scheduler import BatchScheduler
+
+SHUTDOWN: Frame = {"type": "shutdown"}
 
 
 class Worker:
     def __init__(self, channel: BlockingChannel) -> None:
         self._channel = channel
-        self._inbox: queue.Queue[Frame | None] = queue.Queue()
+        self._inbox: queue.Queue[Frame] = queue.Queue()
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
 
     def serve(self) -> None:
-        engine = self._load()
-        if engine is None:
+        scheduler = self._load()
+        if scheduler is None:
             return
         threading.Thread(target=self._read_loop, name="frame-reader", daemon=True).start()
-        while (frame := self._inbox.get()) is not None:
-            self._generate(engine, frame)
+        while self._take_frames(scheduler, block=not scheduler.busy):
+            scheduler.step()
 
-    def _load(self) -> Any:
+    def _take_frames(self, scheduler: BatchScheduler, block: bool) -> bool:
+        """Hand new requests to the scheduler. False once told to shut down."""
+        while True:
+            try:
+                frame = self._inbox.get(block=block)
+            except queue.Empty:
+                return True
+            if frame is SHUTDOWN:
+                return False
+            scheduler.submit(frame)
+            block = False
+
+    def _load(self) -> BatchScheduler | None:
         frame = self._channel.recv()
+        if frame["type"] != "load":
+            return None
         try:
-            from cirrus.runtime.engine import LlamaEngine
-
-            options = frame["options"]
-            engine = LlamaEngine(
-                options["path"], options["n_ctx"], options["n_threads"], options["chat_template"]
-            )
+            return self._build(frame["options"])
         except Exception as exc:  # any load failure is reported to the server, which decides what to do
             self._channel.send({"type": "load_failed", "message": f"{type(exc).__name__}: {exc}"})
             return None
-        self._channel.send(
-            {"type": "ready", "n_ctx": engine.n_ctx, "has_chat_template": engine.has_chat_template}
+
+    def _build(self, options: dict[str, Any]) -> BatchScheduler:
+        slots, context = int(options["parallel"]), int(options["n_ctx"])
+        shape = ContextShape(
+            kv_cells=int(options["kv_cells"]), sequences=slots, threads=int(options["n_threads"])
         )
-        return engine
+        model = LlamaModel(str(options["path"]), shape)
+        template = options.get("chat_template") or model.metadata("tokenizer.chat_template")
+        prompts = PromptBuilder(model, template)
+        self._channel.send(
+            {"type": "ready", "n_ctx": context, "has_chat_template": prompts.has_chat_template}
+        )
+        return BatchScheduler(model, prompts, slots, context, self._send, self._is_cancelled)
+
+    def _send(self, frame: Frame) -> None:
+        if frame["type"] in ("finished", "failed"):
+            with self._lock:
+                self._cancelled.discard(str(frame["id"]))
+        self._channel.send(frame)
 
     def _read_loop(self) -> None:
         try:
@@ -59,7 +89,7 @@ class Worker:
                     with self._lock:
                         self._cancelled.add(str(frame["id"]))
                 elif frame["type"] == "shutdown":
-                    self._inbox.put(None)
+                    self._inbox.put(SHUTDOWN)
                     return
         except (TransportClosed, OSError):
             os._exit(0)  # the server is gone: nobody is left to answer
@@ -67,46 +97,6 @@ class Worker:
     def _is_cancelled(self, request_id: str) -> bool:
         with self._lock:
             return request_id in self._cancelled
-
-    def _generate(self, engine: Any, frame: Frame) -> None:
-        from cirrus.runtime.engine import EngineInputError
-
-        request_id = str(frame["id"])
-        if self._is_cancelled(request_id):
-            self._finish(request_id, "cancelled", 0, 0)
-            return
-        try:
-            inputs = GenerationInput.from_frame(frame["input"])
-            result = engine.generate(
-                inputs,
-                emit=lambda text: self._channel.send({"type": "text", "id": request_id, "text": text}),
-                cancelled=lambda: self._is_cancelled(request_id),
-            )
-        except EngineInputError as exc:
-            self._fail(request_id, "invalid_input", str(exc), exc.param)
-        except Exception as exc:  # reported per request; the worker keeps serving
-            self._fail(request_id, "internal", f"{type(exc).__name__}: {exc}", None)
-        else:
-            self._finish(request_id, result.finish_reason, result.prompt_tokens, result.completion_tokens)
-        finally:
-            with self._lock:
-                self._cancelled.discard(request_id)
-
-    def _finish(self, request_id: str, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
-        self._channel.send(
-            {
-                "type": "finished",
-                "id": request_id,
-                "finish_reason": reason,
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-            }
-        )
-
-    def _fail(self, request_id: str, kind: str, message: str, param: str | None) -> None:
-        self._channel.send(
-            {"type": "failed", "id": request_id, "kind": kind, "message": message, "param": param}
-        )
 
 
 def main(argv: list[str]) -> None:

@@ -1,18 +1,18 @@
 """POST /v1/chat/completions."""
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from cirrus.api.context import platform_of, request_id_of
+from cirrus.api.context import affinity_of, platform_of, request_id_of
 from cirrus.api.errors import error_body
-from cirrus.api.openai.schemas import ChatCompletionRequest, finish_reason, now, response_id, usage_dict
+from cirrus.api.openai.schemas import ChatCompletionRequest, finish_reason, now, response_id
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data, unless_disconnected
-from cirrus.errors import CirrusError, InvalidInput
+from cirrus.api.usage import usage_dict
+from cirrus.errors import CirrusError
 from cirrus.runtime.events import TextDelta
 from cirrus.runtime.params import GenerationInput
 from cirrus.service import Generation, InferenceRequest
@@ -55,30 +55,19 @@ async def _stream(generation: Generation, model: str, include_usage: bool) -> As
         yield sse_data(error_body(error, WireProtocol.OPENAI))
 
 
-@contextmanager
-def _blame_messages() -> Iterator[None]:
-    """The engine blames 'prompt', the text it rendered from the chat; this caller sent 'messages'."""
-    try:
-        yield
-    except InvalidInput as error:
-        if error.param == "prompt":
-            error.param = "messages"
-        raise
-
-
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
     platform = platform_of(request)
     spec = platform.catalog.require_installed(body.model)
     inputs = GenerationInput(messages=body.chat_messages(), sampling=body.sampling(spec.max_tokens_default))
-    inference = InferenceRequest(request_id_of(request), spec.id, inputs, body.keep_alive_s())
+    inference = InferenceRequest(
+        request_id_of(request), spec.id, inputs, body.keep_alive_s(), affinity_of(request)
+    )
     if body.stream:
-        with _blame_messages():
-            generation = await platform.service.start(inference)
+        generation = await platform.service.start(inference)
         return StreamingResponse(
             _stream(generation, spec.id, body.include_usage), media_type="text/event-stream"
         )
-    with _blame_messages():
-        completion = await unless_disconnected(request, platform.service.complete(inference))
+    completion = await unless_disconnected(request, platform.service.complete(inference))
     return {
         "id": response_id("chatcmpl"),
         "object": "chat.completion",

@@ -6,11 +6,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from cirrus.api.context import platform_of, request_id_of
+from cirrus.api.context import affinity_of, platform_of, request_id_of
 from cirrus.api.errors import error_body
-from cirrus.api.openai.schemas import CompletionRequest, finish_reason, now, response_id, usage_dict
+from cirrus.api.openai.schemas import CompletionRequest, finish_reason, now, response_id
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data, unless_disconnected
+from cirrus.api.usage import usage_dict
 from cirrus.errors import CirrusError
 from cirrus.runtime.events import TextDelta
 from cirrus.runtime.params import GenerationInput
@@ -52,7 +53,9 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     platform = platform_of(request)
     spec = platform.catalog.require_installed(body.model)
     inputs = GenerationInput(prompt=body.prompt, raw=True, sampling=body.sampling(spec.max_tokens_default))
-    inference = InferenceRequest(request_id_of(request), spec.id, inputs, body.keep_alive_s())
+    inference = InferenceRequest(
+        request_id_of(request), spec.id, inputs, body.keep_alive_s(), affinity_of(request)
+    )
     if body.stream:
         generation = await platform.service.start(inference)
         return StreamingResponse(

@@ -15,7 +15,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
-from cirrus.runtime.params import SamplingParams, Usage
+from cirrus.runtime.params import SamplingParams
 
 MAX_PROMPT_CHARS = 131072
 
@@ -134,14 +134,6 @@ class CompletionRequest(SamplingFields):
             raise ValueError(
                 "completions take 'prompt', not 'messages' (send messages to /v1/chat/completions)"
             )
-
-
-def usage_dict(usage: Usage) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
 
 
 def response_id(prefix: str) -> str:

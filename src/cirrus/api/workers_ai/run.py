@@ -6,9 +6,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from cirrus.api.context import platform_of, request_id_of
+from cirrus.api.context import affinity_of, platform_of, request_id_of
 from cirrus.api.sse import DONE, sse_data, unless_disconnected
-from cirrus.api.workers_ai.schemas import TextGenerationInput, envelope, usage_dict
+from cirrus.api.usage import usage_dict
+from cirrus.api.workers_ai.schemas import TextGenerationInput, envelope
 from cirrus.errors import CirrusError
 from cirrus.runtime.events import TextDelta
 from cirrus.service import Generation, InferenceRequest
@@ -32,7 +33,11 @@ async def run_model(model: str, body: TextGenerationInput, request: Request) -> 
     platform = platform_of(request)
     spec = platform.catalog.require_installed(model)
     inference = InferenceRequest(
-        request_id_of(request), spec.id, body.generation_input(spec.max_tokens_default), body.keep_alive_s()
+        request_id_of(request),
+        spec.id,
+        body.generation_input(spec.max_tokens_default),
+        body.keep_alive_s(),
+        affinity_of(request),
     )
     if body.stream:
         generation = await platform.service.start(inference)

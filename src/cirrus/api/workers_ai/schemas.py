@@ -5,7 +5,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
-from cirrus.runtime.params import GenerationInput, SamplingParams, Usage
+from cirrus.runtime.params import GenerationInput, SamplingParams
 
 MAX_PROMPT_CHARS = 131072
 
@@ -75,14 +75,6 @@ class TextGenerationInput(BaseModel):
 
     def keep_alive_s(self) -> float | None:
         return parse_keep_alive(self.keep_alive)
-
-
-def usage_dict(usage: Usage) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
 
 
 def envelope(result: Any) -> dict[str, Any]:

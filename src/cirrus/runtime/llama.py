@@ -1,0 +1,171 @@
+"""A thin, typed layer over llama.cpp's C API (through llama-cpp-python's ctypes bindings).
+
+One model, one context whose KV cache is shared by several sequences, one batch buffer. Runs inside a worker
+process only; the server never imports it.
+"""
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+import llama_cpp
+from llama_cpp import _logger
+
+from cirrus.runtime.params import SamplingParams
+
+PENALTY_WINDOW = 64
+RANDOM_SEED = 0xFFFFFFFF
+
+
+class LlamaError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ContextShape:
+    kv_cells: int
+    sequences: int
+    threads: int
+    batch_tokens: int = 512
+
+
+class LlamaModel:
+    def __init__(self, path: str, shape: ContextShape) -> None:
+        _logger.set_verbose(False)
+        llama_cpp.llama_backend_init()
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.use_mmap = True
+        self._model = llama_cpp.llama_model_load_from_file(path.encode(), model_params)
+        if not self._model:
+            raise LlamaError(f"llama.cpp could not load {path}")
+        self.vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self._ctx = llama_cpp.llama_init_from_model(self._model, _context_params(shape))
+        if not self._ctx:
+            raise LlamaError("llama.cpp could not create a context (out of memory?)")
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self.batch_tokens = shape.batch_tokens
+        self._batch = llama_cpp.llama_batch_init(shape.batch_tokens, 0, 1)
+        self._piece = ctypes.create_string_buffer(64)
+
+    # -- tokens -----------------------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        buffer = (llama_cpp.llama_token * capacity)()
+        count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, capacity, add_special, True)
+        if count < 0:
+            raise LlamaError(f"tokenization needs {-count} tokens, more than the {capacity} expected")
+        return list(buffer[:count])
+
+    def piece(self, token: int) -> bytes:
+        size = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
+        if size < 0:  # the buffer was too small; it says how much is needed
+            self._piece = ctypes.create_string_buffer(-size)
+            size = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece, -size, 0, False)
+        return self._piece.raw[:size]
+
+    def token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        text: bytes = llama_cpp.llama_vocab_get_text(self.vocab, token)
+        return text.decode("utf-8", errors="replace")
+
+    def metadata(self, key: str) -> str | None:
+        size = 1 << 16
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            length = int(llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buffer, size))
+            if length < 0:
+                return None
+            if length < size:
+                return buffer.value.decode("utf-8", errors="replace")
+            size = length + 1
+
+    def bos(self) -> int:
+        return int(llama_cpp.llama_vocab_bos(self.vocab))
+
+    def eos(self) -> int:
+        return int(llama_cpp.llama_vocab_eos(self.vocab))
+
+    def is_end(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    # -- the KV cache -----------------------------------------------------------------------------------------
+
+    def forget(self, sequence: int, keep: int) -> None:
+        """Drop a sequence's cached positions from `keep` on."""
+        llama_cpp.llama_memory_seq_rm(self._memory, sequence, keep, -1)
+
+    def share(self, source: int, target: int, length: int) -> None:
+        """Make target's first `length` positions the same cells as source's (no copy in a unified cache)."""
+        llama_cpp.llama_memory_seq_cp(self._memory, source, target, 0, length)
+
+    # -- decoding ---------------------------------------------------------------------------------------------
+
+    def decode(self, entries: list[tuple[int, int, int, bool]]) -> int:
+        """Decode one batch of (token, position, sequence, wants_logits). 0 on success, 1 if the KV cache is full."""
+        batch = self._batch
+        for index, (token, position, sequence, logits) in enumerate(entries):
+            batch.token[index] = token
+            batch.pos[index] = position
+            batch.n_seq_id[index] = 1
+            batch.seq_id[index][0] = sequence
+            batch.logits[index] = logits
+        batch.n_tokens = len(entries)
+        status = int(llama_cpp.llama_decode(self._ctx, batch))
+        if status < 0:
+            raise LlamaError(f"llama_decode failed with status {status}")
+        return status
+
+    def sample(self, sampler: "Sampler", index: int) -> int:
+        return int(llama_cpp.llama_sampler_sample(sampler.handle, self._ctx, index))
+
+    def close(self) -> None:
+        llama_cpp.llama_batch_free(self._batch)
+        llama_cpp.llama_free(self._ctx)
+        llama_cpp.llama_model_free(self._model)
+
+
+def _context_params(shape: ContextShape) -> Any:
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = shape.kv_cells
+    params.n_batch = shape.batch_tokens
+    params.n_ubatch = shape.batch_tokens
+    params.n_seq_max = shape.sequences
+    params.n_threads = shape.threads
+    params.n_threads_batch = shape.threads
+    params.kv_unified = True  # one pool of cells for all sequences, so a shared prefix is stored once
+    return params
+
+
+class Sampler:
+    """One request's sampling chain: penalties, then greedy, or top-k, top-p, temperature and a seeded draw."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+        self.handle = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        repeat = params.repetition_penalty if params.repetition_penalty > 0 else 1.0
+        self._add(
+            llama_cpp.llama_sampler_init_penalties(
+                n_vocab, PENALTY_WINDOW, repeat, params.frequency_penalty, params.presence_penalty
+            )
+        )
+        if params.temperature <= 0:
+            self._add(llama_cpp.llama_sampler_init_greedy())
+            return
+        self._add(llama_cpp.llama_sampler_init_top_k(params.top_k))
+        self._add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+        self._add(llama_cpp.llama_sampler_init_temp(params.temperature))
+        self._add(llama_cpp.llama_sampler_init_dist(params.seed if params.seed is not None else RANDOM_SEED))
+
+    def remember(self, tokens: list[int]) -> None:
+        """Let the penalties see the end of the prompt, as llama.cpp's own server does."""
+        for token in tokens[-PENALTY_WINDOW:]:
+            llama_cpp.llama_sampler_accept(self.handle, token)
+
+    def _add(self, stage: Any) -> None:
+        llama_cpp.llama_sampler_chain_add(self.handle, stage)
+
+    def close(self) -> None:
+        llama_cpp.llama_sampler_free(self.handle)

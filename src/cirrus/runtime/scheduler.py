@@ -1,0 +1,237 @@
+"""Continuous batching: every decode step carries one token for each running sequence, and new requests join at
+the next step with their prompts fed in chunks, so running streams never wait for a long prompt.
+
+Sequences live in slots of one KV cache shared by all of them (llama.cpp's unified cache). A slot keeps the tokens
+of its last sequence after it ends, so a later prompt that starts the same way (a system prompt, the earlier turns
+of a chat) reuses them instead of recomputing.
+"""
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cirrus.runtime.frames import Frame
+from cirrus.runtime.llama import LlamaModel, Sampler
+from cirrus.runtime.params import GenerationInput
+from cirrus.runtime.prefix import Placement, place
+from cirrus.runtime.prompts import InputError, PromptBuilder
+from cirrus.runtime.sequence import Sequence
+
+log = logging.getLogger(__name__)
+Send = Callable[[Frame], None]
+
+
+@dataclass
+class StepPlan:
+    entries: list[tuple[int, int, int, bool]] = field(default_factory=list)
+    fed: list[tuple[Sequence, list[int]]] = field(default_factory=list)
+    sampled: list[tuple[Sequence, int]] = field(default_factory=list)
+
+
+class BatchScheduler:
+    def __init__(
+        self,
+        model: LlamaModel,
+        prompts: PromptBuilder,
+        slots: int,
+        context_per_sequence: int,
+        send: Send,
+        is_cancelled: Callable[[str], bool],
+    ) -> None:
+        self._model = model
+        self._prompts = prompts
+        self._context = context_per_sequence
+        self._send = send
+        self._is_cancelled = is_cancelled
+        self._free = list(range(slots))
+        self._cached: dict[int, list[int]] = {slot: [] for slot in range(slots)}
+        self._last_used: dict[int, float] = {}
+        self._running: list[Sequence] = []
+        self._waiting: deque[Frame] = deque()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._running or self._waiting)
+
+    def submit(self, frame: Frame) -> None:
+        self._waiting.append(frame)
+
+    def step(self) -> None:
+        for sequence in [s for s in self._running if self._is_cancelled(s.request_id)]:
+            self._finish(sequence, "cancelled")
+        self._admit()
+        plan = self._decode_next()
+        for sequence, index in plan.sampled:
+            self._advance_guarded(sequence, index)
+
+    # -- admission --------------------------------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while self._waiting and self._free:
+            frame = self._waiting.popleft()
+            request_id = str(frame["id"])
+            if self._is_cancelled(request_id):
+                self._send_finished(request_id, "cancelled", 0, 0, 0)
+                continue
+            try:
+                self._start(request_id, GenerationInput.from_frame(frame["input"]))
+            except InputError as exc:
+                self._fail(request_id, "invalid_input", str(exc), exc.param)
+            except Exception as exc:  # reported to this request alone; the others keep running
+                log.exception("could not start request %s", request_id)
+                self._fail(request_id, "internal", f"{type(exc).__name__}: {exc}", None)
+
+    def _start(self, request_id: str, inputs: GenerationInput) -> None:
+        prompt = self._prompts.tokens(inputs)
+        budget = self._budget(len(prompt), inputs.sampling.max_tokens, inputs)
+        placement = place(prompt, self._free, self._cached, self._last_used)
+        self._claim(placement, prompt)
+        sampler = Sampler(inputs.sampling, self._model.n_vocab)
+        sampler.remember(prompt)
+        self._running.append(
+            Sequence(
+                request_id,
+                placement.slot,
+                prompt,
+                inputs.sampling,
+                sampler,
+                budget,
+                cached=placement.reuse,
+                fed=placement.reuse,
+            )
+        )
+
+    def _budget(self, prompt_tokens: int, max_tokens: int, inputs: GenerationInput) -> int:
+        room = self._context - prompt_tokens
+        if room <= 0:
+            field_name = "messages" if inputs.messages is not None else "prompt"
+            raise InputError(
+                f"the {field_name} is {prompt_tokens} tokens, which does not fit this model's context window "
+                f"of {self._context} tokens",
+                param=field_name,
+            )
+        return min(max_tokens, room)
+
+    def _claim(self, placement: Placement, prompt: list[int]) -> None:
+        self._free.remove(placement.slot)
+        if placement.source is None:
+            self._model.forget(placement.slot, placement.reuse)
+        else:
+            self._model.forget(placement.slot, 0)
+            self._model.share(placement.source, placement.slot, placement.reuse)
+        self._cached[placement.slot] = prompt[: placement.reuse]
+
+    # -- one decode step --------------------------------------------------------------------------------------
+
+    def _plan(self) -> StepPlan:
+        plan, room = StepPlan(), self._model.batch_tokens
+        for sequence in self._running:
+            if not sequence.prefilling and sequence.next_token is not None:
+                self._add(plan, sequence, [sequence.next_token], sample=True)
+                room -= 1
+        for sequence in self._running:
+            if sequence.prefilling and room > 0:
+                chunk = sequence.prompt[sequence.fed : sequence.fed + room]
+                self._add(plan, sequence, chunk, sample=sequence.fed + len(chunk) == len(sequence.prompt))
+                room -= len(chunk)
+        return plan
+
+    def _add(self, plan: StepPlan, sequence: Sequence, tokens: list[int], sample: bool) -> None:
+        start = len(self._cached[sequence.slot])
+        for offset, token in enumerate(tokens):
+            last = offset == len(tokens) - 1
+            plan.entries.append((token, start + offset, sequence.slot, sample and last))
+        plan.fed.append((sequence, tokens))
+        if sample:
+            plan.sampled.append((sequence, len(plan.entries) - 1))
+
+    def _decode_next(self) -> StepPlan:
+        while True:
+            plan = self._plan()
+            if not plan.entries or self._model.decode(plan.entries) == 0:
+                break
+            if not self._make_room():
+                return StepPlan()
+        for sequence, tokens in plan.fed:
+            self._cached[sequence.slot].extend(tokens)
+            if sequence.prefilling:
+                sequence.fed += len(tokens)
+            else:
+                sequence.next_token = None
+        return plan
+
+    def _make_room(self) -> bool:
+        """The KV cache is full: drop what idle slots keep, else fail the newest sequence. False if nothing ran."""
+        idle = [slot for slot in self._free if self._cached[slot]]
+        for slot in idle:
+            self._model.forget(slot, 0)
+            self._cached[slot] = []
+        if idle:
+            return True
+        if not self._running:
+            return False
+        newest = self._running[-1]
+        self._fail(newest.request_id, "capacity", "the model's KV cache is full; try again shortly", None)
+        self._release(newest)
+        return bool(self._running)
+
+    # -- after sampling ---------------------------------------------------------------------------------------
+
+    def _advance_guarded(self, sequence: Sequence, index: int) -> None:
+        try:
+            self._advance(sequence, self._model.sample(sequence.sampler, index))
+        except Exception as exc:  # one sequence's failure ends that sequence only
+            log.exception("request %s failed while generating", sequence.request_id)
+            self._fail(sequence.request_id, "internal", f"{type(exc).__name__}: {exc}", None)
+            self._release(sequence)
+
+    def _advance(self, sequence: Sequence, token: int) -> None:
+        if self._model.is_end(token):
+            self._finish(sequence, "stop")
+            return
+        sequence.completion_tokens += 1
+        text = sequence.text_for(self._model.piece(token))
+        if text:
+            self._send({"type": "text", "id": sequence.request_id, "text": text})
+        if sequence.matcher.stopped:
+            self._finish(sequence, "stop")
+        elif sequence.completion_tokens >= sequence.budget:
+            self._finish(sequence, "length")
+        else:
+            sequence.next_token = token
+
+    def _finish(self, sequence: Sequence, reason: str) -> None:
+        tail = sequence.tail() if reason != "cancelled" else ""
+        if tail:
+            self._send({"type": "text", "id": sequence.request_id, "text": tail})
+        self._send_finished(
+            sequence.request_id, reason, len(sequence.prompt), sequence.completion_tokens, sequence.cached
+        )
+        self._release(sequence)
+
+    def _release(self, sequence: Sequence) -> None:
+        if sequence not in self._running:
+            return
+        self._running.remove(sequence)
+        sequence.sampler.close()
+        self._free.append(sequence.slot)
+        self._last_used[sequence.slot] = time.monotonic()
+
+    # -- frames -----------------------------------------------------------------------------------------------
+
+    def _send_finished(self, request_id: str, reason: str, prompt: int, completion: int, cached: int) -> None:
+        self._send(
+            {
+                "type": "finished",
+                "id": request_id,
+                "finish_reason": reason,
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "cached_tokens": cached,
+            }
+        )
+
+    def _fail(self, request_id: str, kind: str, message: str, param: str | None) -> None:
+        self._send({"type": "failed", "id": request_id, "kind": kind, "message": message, "param": param})

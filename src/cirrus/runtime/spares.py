@@ -1,0 +1,62 @@
+"""Worker processes started ahead of need, so a cold start pays only for mapping weights.
+
+Starting Python and importing llama.cpp costs more than loading a small model from the page cache; a spare
+has already paid it. Taking one starts its replacement in the background.
+"""
+
+import asyncio
+import contextlib
+import logging
+
+from cirrus.runtime.process import WorkerProcess
+
+log = logging.getLogger(__name__)
+
+
+class SpareWorkers:
+    def __init__(self, count: int, refill_delay_s: float = 2.0) -> None:
+        self._count = count
+        self._refill_delay_s = refill_delay_s
+        self._spares: list[WorkerProcess] = []
+        self._refill: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def ready(self) -> int:
+        return sum(1 for spare in self._spares if not spare.exited)
+
+    async def fill(self) -> None:
+        while not self._closed and len(self._spares) < self._count:
+            self._spares.append(await WorkerProcess.start())
+
+    async def take(self) -> tuple[WorkerProcess, bool]:
+        """A process waiting for a model, and whether it was a spare (False: started now)."""
+        while self._spares:
+            spare = self._spares.pop(0)
+            if not spare.exited:
+                self._schedule_refill()
+                return spare, True
+        self._schedule_refill()
+        return await WorkerProcess.start(), False
+
+    def _schedule_refill(self) -> None:
+        if self._count and (self._refill is None or self._refill.done()):
+            self._refill = asyncio.create_task(self._refill_quietly())
+
+    async def _refill_quietly(self) -> None:
+        # Starting the replacement at once would take CPU from the cold start that just took a spare.
+        await asyncio.sleep(self._refill_delay_s)
+        try:
+            await self.fill()
+        except Exception:  # a spare is an optimisation; failing to start one must not hurt a request
+            log.exception("could not start a spare worker process")
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refill
+        for spare in self._spares:
+            await spare.kill()
+        self._spares.clear()
