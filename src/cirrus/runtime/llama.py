@@ -137,6 +137,7 @@ def _context_params(shape: ContextShape) -> Any:
     params.n_threads = shape.threads
     params.n_threads_batch = shape.threads
     params.kv_unified = True  # one pool of cells for all sequences, so a shared prefix is stored once
+    params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED  # measured: +5-15% tokens/s on CPU here
     return params
 
 
