@@ -17,3 +17,4 @@ test: lint
 
 bench: setup
 	.venv/bin/python bench/core.py
+	.venv/bin/python bench/serving.py

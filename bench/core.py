@@ -341,8 +341,18 @@ def unload(client: httpx.Client, model: str) -> None:
         time.sleep(0.05)
 
 
+def wait_for_spare(client: httpx.Client) -> None:
+    """A serverless cold start comes after idle time, when a spare worker process is ready; wait for one."""
+    deadline = time.monotonic() + 30
+    while client.get("/admin/instances").json()["result"].get("spare_workers_ready", 0) < 1:
+        if time.monotonic() > deadline:
+            raise TimeoutError("no spare worker process became ready")
+        time.sleep(0.05)
+
+
 def cirrus_cold(client: httpx.Client, config: Config, body: dict[str, Any]) -> Stream:
     unload(client, config.spec.id)
+    wait_for_spare(client)
     warm_page_cache(config.path)
     return cirrus_stream(client, config.spec.id, body)
 

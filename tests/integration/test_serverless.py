@@ -185,3 +185,29 @@ def test_admin_load_and_unload(fresh: Server) -> None:
     assert unloaded == {"model": SMOLLM, "stopped": 1}
     assert fresh.instances() == []
     assert wait_until(lambda: not process_exists(pid), 5)
+
+
+def test_pinned_models_start_with_the_server_and_never_scale_to_zero(tmp_path: Path) -> None:
+    catalog = write_catalog(
+        tmp_path / "catalog.toml",
+        SINGLE_INSTANCE_CATALOG.replace(
+            "max_instances = 1", "max_instances = 1\npinned = true\nkeep_alive_s = 0"
+        ),
+    )
+    with running_server(tmp_path, "--catalog", str(catalog)) as server:
+        assert wait_until(lambda: [i["state"] for i in server.instances()] == ["ready"])
+        [instance] = server.instances()
+        assert instance["pinned"] is True and instance["expires_at"] is None
+        assert run(server, SMOLLM, {"prompt": "Hi", "max_tokens": 2, "keep_alive": 0}).status_code == 200
+        time.sleep(1.5)
+        assert [i["pid"] for i in server.instances()] == [instance["pid"]]
+
+
+def test_a_spare_worker_process_waits_for_the_next_cold_start(fresh: Server) -> None:
+    def spares() -> int:
+        return int(httpx.get(f"{fresh.url}/admin/instances").json()["result"]["spare_workers_ready"])
+
+    assert wait_until(lambda: spares() == 1)
+    assert run(fresh, SMOLLM, {"prompt": "Hi", "max_tokens": 2}).status_code == 200
+    assert spares() == 0, "the cold start took the spare"
+    assert wait_until(lambda: spares() == 1), "and a replacement was started"

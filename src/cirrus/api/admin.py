@@ -13,13 +13,15 @@ router = APIRouter(prefix="/admin", tags=["Admin"])
 
 @router.get("/instances", summary="List running model instances")
 async def list_instances(request: Request) -> dict[str, Any]:
-    pool = platform_of(request).pool
+    platform = platform_of(request)
+    pool = platform.pool
     instances = [asdict(status) for status in pool.statuses()]
     return envelope(
         {
             "instances": instances,
             "memory_budget_bytes": pool.budget_bytes,
             "memory_used_bytes": pool.used_bytes(),
+            "spare_workers_ready": platform.launcher.spares.ready,
         }
     )
 
