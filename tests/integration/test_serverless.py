@@ -210,4 +210,7 @@ def test_a_spare_worker_process_waits_for_the_next_cold_start(fresh: Server) -> 
     assert wait_until(lambda: spares() == 1)
     assert run(fresh, SMOLLM, {"prompt": "Hi", "max_tokens": 2}).status_code == 200
     assert spares() == 0, "the cold start took the spare"
+    phases = fresh.instances()[0]["cold_start_phases"]
+    assert isinstance(phases, dict) and set(phases) == {"process_s", "load_s", "first_token_s"}
+    assert 0 < phases["load_s"] < phases["first_token_s"]
     assert wait_until(lambda: spares() == 1), "and a replacement was started"

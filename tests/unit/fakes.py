@@ -59,6 +59,9 @@ class FakeWorker:
     async def settled(self) -> None:
         return None
 
+    def cold_start_phases(self) -> dict[str, float]:
+        return {"process_s": 0.0, "load_s": 0.0}
+
 
 class FakeLauncher:
     def __init__(self, sizes: dict[str, int], launch_delay_s: float = 0.0) -> None:

@@ -36,6 +36,8 @@ class Worker(Protocol):
 
     async def settled(self) -> None: ...
 
+    def cold_start_phases(self) -> dict[str, float]: ...
+
 
 class ExitCallback(Protocol):
     def __call__(self) -> None: ...
@@ -95,6 +97,10 @@ class Instance:
             started_at=self.started_at,
             load_s=self.load_s,
             first_token_s=self.first_token_s,
+            cold_start_phases={
+                **(worker.cold_start_phases() if worker else {}),
+                **({"first_token_s": self.first_token_s} if self.first_token_s is not None else {}),
+            },
             idle_since=self.last_used if self.idle else None,
             expires_at=self.expires_at,
         )
@@ -114,5 +120,6 @@ class InstanceStatus:
     started_at: float
     load_s: float
     first_token_s: float | None
+    cold_start_phases: dict[str, float]
     idle_since: float | None
     expires_at: float | None

@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 from cirrus.catalog import Catalog, ModelSpec
@@ -61,7 +62,9 @@ class ProcessLauncher:
             chat_template=spec.chat_template,
         )
         await asyncio.to_thread(readahead, Path(options.path))
+        started = time.perf_counter()
         worker, _ = await self.spares.take()
+        worker.process_s = time.perf_counter() - started
         await worker.load(options, self._settings.worker_start_timeout_s)
         worker.cancel_grace_s = self._settings.worker_cancel_grace_s
         return worker

@@ -44,8 +44,9 @@ class LlamaModel:
         if not self._ctx:
             raise LlamaError("llama.cpp could not create a context (out of memory?)")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self.batch_tokens = shape.batch_tokens
-        self._batch = llama_cpp.llama_batch_init(shape.batch_tokens, 0, 1)
+        # llama.cpp caps the batch at the context size; a larger batch would abort the process.
+        self.batch_tokens = int(llama_cpp.llama_n_batch(self._ctx))
+        self._batch = llama_cpp.llama_batch_init(self.batch_tokens, 0, 1)
         self._piece = ctypes.create_string_buffer(64)
 
     # -- tokens -----------------------------------------------------------------------------------------------

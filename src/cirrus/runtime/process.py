@@ -70,6 +70,7 @@ class WorkerProcess:
         self._reader: asyncio.Task[None] | None = None
         self._pending_cancels: set[asyncio.Task[None]] = set()
         self.cancel_grace_s = 2.0
+        self.process_s = 0.0
         self.info: EngineInfo | None = None
 
     @property
@@ -105,6 +106,10 @@ class WorkerProcess:
     @property
     def loaded(self) -> bool:
         return self.info is not None
+
+    def cold_start_phases(self) -> dict[str, float]:
+        """Seconds spent getting a process (near zero when a spare was ready) and loading the model in it."""
+        return {"process_s": self.process_s, "load_s": self.info.load_s if self.info else 0.0}
 
     async def load(self, options: LoadOptions, timeout_s: float) -> None:
         """Load the model; on any failure the process is killed and WorkerStartFailed raised."""
