@@ -204,13 +204,17 @@ def test_pinned_models_start_with_the_server_and_never_scale_to_zero(tmp_path: P
 
 
 def test_a_spare_worker_process_waits_for_the_next_cold_start(fresh: Server) -> None:
-    def spares() -> int:
-        return int(httpx.get(f"{fresh.url}/admin/instances").json()["result"]["spare_workers_ready"])
+    def spare_pids() -> list[int]:
+        return list(httpx.get(f"{fresh.url}/admin/instances").json()["result"]["spare_worker_pids"])
 
-    assert wait_until(lambda: spares() == 1)
+    assert wait_until(lambda: len(spare_pids()) == 1)
+    [spare] = spare_pids()
     assert run(fresh, SMOLLM, {"prompt": "Hi", "max_tokens": 2}).status_code == 200
-    assert spares() == 0, "the cold start took the spare"
-    phases = fresh.instances()[0]["cold_start_phases"]
+    [instance] = fresh.instances()
+    assert instance["pid"] == spare, "the cold start loaded the model into the waiting spare"
+    assert wait_until(lambda: len(spare_pids()) == 1 and spare not in spare_pids()), (
+        "a replacement was started"
+    )
+    phases = instance["cold_start_phases"]
     assert isinstance(phases, dict) and set(phases) == {"process_s", "load_s", "first_token_s"}
     assert 0 < phases["load_s"] < phases["first_token_s"]
-    assert wait_until(lambda: spares() == 1), "and a replacement was started"

@@ -22,6 +22,7 @@ async def list_instances(request: Request) -> dict[str, Any]:
             "memory_budget_bytes": pool.budget_bytes,
             "memory_used_bytes": pool.used_bytes(),
             "spare_workers_ready": platform.launcher.spares.ready,
+            "spare_worker_pids": platform.launcher.spares.pids,
         }
     )
 

@@ -23,7 +23,11 @@ class SpareWorkers:
 
     @property
     def ready(self) -> int:
-        return sum(1 for spare in self._spares if not spare.exited)
+        return len(self.pids)
+
+    @property
+    def pids(self) -> list[int]:
+        return [spare.pid for spare in self._spares if not spare.exited]
 
     async def fill(self) -> None:
         while not self._closed and len(self._spares) < self._count:
