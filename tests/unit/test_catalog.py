@@ -62,3 +62,13 @@ def test_a_broken_catalog_is_refused_with_the_reason(tmp_path: Path, text: str, 
     path.write_text(text)
     with pytest.raises(CatalogError, match=complaint):
         load_catalog(path, tmp_path)
+
+
+def test_cached_prompt_tokens_are_priced_at_the_cached_input_price(tmp_path: Path) -> None:
+    pricing = load_catalog(None, tmp_path).get(DEFAULT_MODEL).pricing
+    assert pricing.cached_input_per_million is not None
+    assert pricing.cached_input_per_million < pricing.input_per_million
+    full = pricing.cost(prompt_tokens=1000, completion_tokens=100)
+    cached = pricing.cost(prompt_tokens=1000, completion_tokens=100, cached_tokens=800)
+    saved = 800 * (pricing.input_per_million - pricing.cached_input_per_million) / 1_000_000
+    assert cached == pytest.approx(full - saved)

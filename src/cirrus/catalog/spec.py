@@ -41,6 +41,23 @@ class Pricing(BaseModel):
 
     input_per_million: float = Field(default=0.0, ge=0)
     output_per_million: float = Field(default=0.0, ge=0)
+    cached_input_per_million: float | None = Field(
+        default=None,
+        ge=0,
+        description="prompt tokens served from the prefix cache (default: the input price)",
+    )
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        """USD for one request; cached prompt tokens at the cached-input price."""
+        cached_price = (
+            self.input_per_million if self.cached_input_per_million is None else self.cached_input_per_million
+        )
+        fresh = prompt_tokens - cached_tokens
+        return (
+            fresh * self.input_per_million
+            + cached_tokens * cached_price
+            + completion_tokens * self.output_per_million
+        ) / 1_000_000
 
 
 class ModelSpec(BaseModel):
