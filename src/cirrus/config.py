@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     worker_start_timeout_s: float = 120.0
     worker_cancel_grace_s: float = 5.0
     spare_workers: int = 1
+    spare_heap_bytes: int = 320 * 1024 * 1024
     max_body_bytes: int = 4 * 1024 * 1024
 
     def budget_bytes(self) -> int:

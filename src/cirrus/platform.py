@@ -21,9 +21,8 @@ class Platform:
         self.settings = settings
         self.catalog = catalog or load_catalog(settings.catalog, settings.cache_dir)
         self.launcher = ProcessLauncher(self.catalog, settings)
-        self.pool = Pool(
-            self.launcher, settings.budget_bytes(), settings.queue_size, settings.default_keep_alive_s
-        )
+        budget = settings.budget_bytes() - self.launcher.spares.reserved_bytes
+        self.pool = Pool(self.launcher, budget, settings.queue_size, settings.default_keep_alive_s)
         self.service = InferenceService(self.catalog, self.pool, settings.request_timeout_s)
         self._background: list[asyncio.Task[None]] = []
 

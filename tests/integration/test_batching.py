@@ -148,13 +148,17 @@ def test_a_model_scales_out_only_when_its_batch_is_full(tmp_path: Path) -> None:
 def test_the_memory_budget_counts_the_whole_kv_cache(tmp_path: Path) -> None:
     budget = str(600 * 1024 * 1024)
     big = catalog(tmp_path, context_window=4096, parallel=16, kv_cache_tokens=65536)
-    with running_server(tmp_path, "--catalog", str(big), memory_budget_bytes=budget) as server:
+    with running_server(
+        tmp_path, "--catalog", str(big), memory_budget_bytes=budget, spare_heap_bytes="0"
+    ) as server:
         refused = httpx.post(
             f"{server.url}/ai/run/{SMOLLM}", json={"prompt": "Hi", "max_tokens": 2}, timeout=60
         )
         assert refused.status_code == 503 and "memory budget" in refused.json()["errors"][0]["message"]
     small = catalog(tmp_path, context_window=4096, parallel=16, kv_cache_tokens=4096)
-    with running_server(tmp_path, "--catalog", str(small), memory_budget_bytes=budget) as server:
+    with running_server(
+        tmp_path, "--catalog", str(small), memory_budget_bytes=budget, spare_heap_bytes="0"
+    ) as server:
         served = httpx.post(
             f"{server.url}/ai/run/{SMOLLM}", json={"prompt": "Hi", "max_tokens": 2}, timeout=60
         )

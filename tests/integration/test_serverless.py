@@ -85,7 +85,7 @@ def test_keep_alive_expiry_stops_the_worker_and_returns_its_memory(fresh: Server
 
 
 def test_a_budget_that_fits_one_model_evicts_the_idle_one(tmp_path: Path) -> None:
-    with running_server(tmp_path, memory_budget_bytes=str(600 * 1024 * 1024)) as server:
+    with running_server(tmp_path, memory_budget_bytes=str(600 * 1024 * 1024), spare_heap_bytes="0") as server:
         assert run(server, SMOLLM, {"prompt": "Hi", "max_tokens": 4}).status_code == 200
         [smollm_pid] = pids(server, SMOLLM)
         assert run(server, GEMMA, {"prompt": "The sky is", "max_tokens": 4}).status_code == 200
@@ -96,7 +96,7 @@ def test_a_budget_that_fits_one_model_evicts_the_idle_one(tmp_path: Path) -> Non
 
 
 def test_a_model_larger_than_the_budget_gets_a_clear_error(tmp_path: Path) -> None:
-    with running_server(tmp_path, memory_budget_bytes=str(100 * 1024 * 1024)) as server:
+    with running_server(tmp_path, memory_budget_bytes=str(100 * 1024 * 1024), spare_heap_bytes="0") as server:
         response = run(server, SMOLLM, {"prompt": "Hi", "max_tokens": 4})
         assert response.status_code == 503
         assert "memory budget" in response.json()["errors"][0]["message"]

@@ -30,7 +30,7 @@ class ProcessLauncher:
         self._settings = settings
         self._estimates: dict[str, MemoryEstimate] = {}
         self._paths: dict[str, Path] = {}
-        self.spares = SpareWorkers(settings.spare_workers)
+        self.spares = SpareWorkers(settings.spare_workers, settings.spare_heap_bytes)
 
     async def artifact_path(self, spec: ModelSpec) -> Path:
         if spec.id not in self._paths:

@@ -47,6 +47,11 @@ class EngineInfo:
     load_s: float
 
 
+# glibc: serve large allocations from the heap rather than fresh mmaps, and never give freed heap back, so memory
+# faulted in ahead of time is what llama.cpp's buffers later reuse.
+_KEEP_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 32)}
+
+
 def _timed_out() -> RequestTimeout:
     return RequestTimeout("the request ran past its execution time limit and was cancelled")
 
@@ -89,16 +94,22 @@ class WorkerProcess:
         self._exit_callbacks.append(callback)
 
     @classmethod
-    async def start(cls) -> "WorkerProcess":
-        """A process with the engine imported, waiting to be told which model to load."""
+    async def start(cls, heap_bytes: int = 0) -> "WorkerProcess":
+        """A process with the engine imported, waiting to be told which model to load.
+
+        With heap_bytes, the process faults in that much heap and keeps it: creating a model's KV cache then
+        takes 8 ms instead of 100 (SmolLM2, 8192 cells), since the pages are already mapped.
+        """
         parent_sock, child_sock = socket.socketpair()
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "cirrus.runtime.worker",
             str(child_sock.fileno()),
+            str(heap_bytes),
             pass_fds=(child_sock.fileno(),),
             stdin=asyncio.subprocess.DEVNULL,
+            env={**os.environ, **(_KEEP_HEAP if heap_bytes else {})},
         )
         child_sock.close()
         return cls(proc, await SocketTransport.over(parent_sock))

@@ -14,12 +14,18 @@ log = logging.getLogger(__name__)
 
 
 class SpareWorkers:
-    def __init__(self, count: int, refill_delay_s: float = 2.0) -> None:
+    def __init__(self, count: int, heap_bytes: int = 0, refill_delay_s: float = 2.0) -> None:
         self._count = count
+        self._heap_bytes = heap_bytes
         self._refill_delay_s = refill_delay_s
         self._spares: list[WorkerProcess] = []
         self._refill: asyncio.Task[None] | None = None
         self._closed = False
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Memory the spares hold while they wait: the pool's budget leaves it out."""
+        return self._count * self._heap_bytes
 
     @property
     def ready(self) -> int:
@@ -31,7 +37,7 @@ class SpareWorkers:
 
     async def fill(self) -> None:
         while not self._closed and len(self._spares) < self._count:
-            self._spares.append(await WorkerProcess.start())
+            self._spares.append(await WorkerProcess.start(self._heap_bytes))
 
     async def take(self) -> tuple[WorkerProcess, bool]:
         """A process waiting for a model, and whether it was a spare (False: started now)."""

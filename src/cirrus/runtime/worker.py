@@ -102,7 +102,15 @@ class Worker:
 def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server stops us itself
     sock = socket.socket(fileno=int(argv[1]))
+    prefault_heap(int(argv[2]) if len(argv) > 2 else 0)
     Worker(BlockingChannel(sock)).serve()
+
+
+def prefault_heap(size: int) -> None:
+    """Touch `size` bytes of heap and free them; with the server's malloc settings they stay mapped."""
+    if size > 0:
+        block = bytearray(size)
+        del block
 
 
 if __name__ == "__main__":
