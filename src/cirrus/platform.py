@@ -22,7 +22,9 @@ class Platform:
         self.catalog = catalog or load_catalog(settings.catalog, settings.cache_dir)
         self.launcher = ProcessLauncher(self.catalog, settings)
         budget = settings.budget_bytes() - self.launcher.spares.reserved_bytes
-        self.pool = Pool(self.launcher, budget, settings.queue_size, settings.default_keep_alive_s)
+        self.pool = Pool(
+            self.launcher, budget, settings.queue_size, settings.default_keep_alive_s, cores=settings.threads
+        )
         self.service = InferenceService(self.catalog, self.pool, settings.request_timeout_s)
         self._background: list[asyncio.Task[None]] = []
 

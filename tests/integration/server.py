@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,3 +82,21 @@ def running_server(tmp_path: Path, *args: str, **env: str) -> Iterator[Server]:
 def write_catalog(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
+    """Poll a condition, bounded in time; True as soon as it holds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

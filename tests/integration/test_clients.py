@@ -5,8 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import cloudflare
@@ -18,7 +17,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from cirrus.sdk import Ai, AiError
 from tests.integration.conftest import GEMMA, SMOLLM
-from tests.integration.server import Server, free_port
+from tests.integration.server import Server, free_port, process_exists, wait_until
 
 ACCOUNT = "acct123"
 UNKNOWN = "@cf/nobody/no-such-model"
@@ -29,23 +28,6 @@ PROMPT = {"prompt": "Say hello in three words.", "max_tokens": 8}
 # few seconds a cancelled stream may take to free its instance, even on a busy machine.
 COUNTING = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "raw": True, "temperature": 0, "max_tokens": 2000}
 CURL = shutil.which("curl")
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def cli(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:

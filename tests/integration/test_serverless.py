@@ -5,7 +5,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import GEMMA, SMOLLM
-from tests.integration.server import Server, running_server, write_catalog
+from tests.integration.server import Server, process_exists, running_server, wait_until, write_catalog
 
 COUNTING = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "raw": True, "temperature": 0}
 SINGLE_INSTANCE_CATALOG = f"""
@@ -24,23 +24,6 @@ context_window = 2048
 max_instances = 1
 parallel = 1
 """
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
-
-
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def run(server: Server, model: str, body: dict[str, Any], timeout_s: float = 120) -> httpx.Response:

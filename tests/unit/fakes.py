@@ -23,6 +23,7 @@ class FakeWorker:
         self._alive = True
         self._on_exit: list[Callable[[], None]] = []
         self.stopped = False
+        self.threads: list[int] = []
 
     @property
     def pid(self) -> int:
@@ -58,6 +59,9 @@ class FakeWorker:
 
     async def settled(self) -> None:
         return None
+
+    def set_threads(self, threads: int) -> None:
+        self.threads.append(threads)
 
     def cold_start_phases(self) -> dict[str, float]:
         return {"process_s": 0.0, "load_s": 0.0}

@@ -230,3 +230,17 @@ async def test_requests_with_the_same_affinity_key_go_to_the_same_instance() -> 
     assert again.instance is first.instance, "the least loaded instance is the other one, affinity wins"
     first.release()
     again.release()
+
+
+async def test_decoding_instances_share_the_cores_between_them() -> None:
+    launcher = FakeLauncher({SMALL.id: 100 * MB, LARGE.id: 100 * MB})
+    pool = Pool(launcher, 1000 * MB, 4, default_keep_alive_s=300, clock=FakeClock(), cores=4)
+    small = await pool.acquire(SMALL, deadline())
+    small_worker = launcher.launched[0][1]
+    assert small_worker.threads == [4]
+    large = await pool.acquire(LARGE, deadline())
+    large_worker = launcher.launched[1][1]
+    assert small_worker.threads == [4, 2] and large_worker.threads == [2]
+    small.release()
+    assert large_worker.threads == [2, 4], "alone again, it gets every core back"
+    large.release()

@@ -38,6 +38,8 @@ class Worker(Protocol):
 
     def cold_start_phases(self) -> dict[str, float]: ...
 
+    def set_threads(self, threads: int) -> None: ...
+
 
 class ExitCallback(Protocol):
     def __call__(self) -> None: ...
@@ -62,6 +64,7 @@ class Instance:
     started_at: float = 0.0
     load_s: float = 0.0
     first_token_s: float | None = None
+    threads: int = 0
 
     @property
     def idle(self) -> bool:
@@ -93,6 +96,7 @@ class Instance:
             rss_bytes=worker.rss_bytes() if worker else None,
             active_requests=self.active,
             parallel=self.spec.parallel,
+            threads=self.threads,
             pinned=self.spec.pinned,
             started_at=self.started_at,
             load_s=self.load_s,
@@ -116,6 +120,7 @@ class InstanceStatus:
     rss_bytes: int | None
     active_requests: int
     parallel: int
+    threads: int
     pinned: bool
     started_at: float
     load_s: float

@@ -17,6 +17,7 @@ from typing import Protocol
 from cirrus.catalog import ModelSpec
 from cirrus.errors import CapacityExceeded, ModelTooLarge, RequestTimeout
 from cirrus.pool.affinity import AffinityTable
+from cirrus.pool.cores import cores_each
 from cirrus.pool.instance import Instance, InstanceState, InstanceStatus, Worker
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,10 @@ class Pool:
         queue_size: int,
         default_keep_alive_s: float,
         clock: Callable[[], float] = time.time,
+        cores: int | None = None,
     ) -> None:
         self._launcher = launcher
+        self._cores = cores
         self.budget_bytes = budget_bytes
         self._queue_size = queue_size
         self._default_keep_alive_s = default_keep_alive_s
@@ -146,6 +149,7 @@ class Pool:
             instance = self._with_room(spec.id, affinity)
             if instance is not None:
                 instance.active += 1
+                self._share_cores()
                 return instance, False
             victims = self._victims_for(needed) if self._may_add_instance(spec) else None
             if victims is not None:
@@ -197,6 +201,7 @@ class Pool:
         instance.worker, instance.state = worker, InstanceState.READY
         instance.load_s = time.perf_counter() - started
         worker.on_exit(lambda: self._on_worker_exit(instance))
+        self._share_cores()
         log.info("cold-started %s (%s, pid %s) in %.2fs", spec.id, instance.id, worker.pid, instance.load_s)
         return instance
 
@@ -209,7 +214,21 @@ class Pool:
             instance.keep_alive_s = keep_alive_s
         if instance.idle and instance.keep_alive_s <= 0 and not instance.spec.pinned:
             self._spawn_stop(instance)
+        self._share_cores()
         self._spawn_notify()
+
+    def _share_cores(self) -> None:
+        """Split the cores between the instances that are decoding. llama.cpp's threads spin while they wait for
+        each other, so two instances using every core each run many times slower than one using half."""
+        if self._cores is None:
+            return
+        busy = [i for i in self._instances if i.worker is not None and i.active > 0]
+        share = cores_each(self._cores, len(busy))
+        for instance in busy:
+            if instance.threads != share:
+                instance.threads = share
+                assert instance.worker is not None
+                instance.worker.set_threads(share)
 
     def _on_worker_exit(self, instance: Instance) -> None:
         if instance in self._instances and instance.state is not InstanceState.STOPPING:

@@ -120,6 +120,9 @@ class LlamaModel:
             raise LlamaError(f"llama_decode failed with status {status}")
         return status
 
+    def set_threads(self, threads: int) -> None:
+        llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
+
     def sample(self, sampler: "Sampler", index: int) -> int:
         return int(llama_cpp.llama_sampler_sample(sampler.handle, self._ctx, index))
 

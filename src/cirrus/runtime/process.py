@@ -74,6 +74,7 @@ class WorkerProcess:
         self._dead = False
         self._reader: asyncio.Task[None] | None = None
         self._pending_cancels: set[asyncio.Task[None]] = set()
+        self._notices: set[asyncio.Task[None]] = set()
         self.cancel_grace_s = 2.0
         self.process_s = 0.0
         self.info: EngineInfo | None = None
@@ -117,6 +118,19 @@ class WorkerProcess:
     @property
     def loaded(self) -> bool:
         return self.info is not None
+
+    def set_threads(self, threads: int) -> None:
+        """Tell the engine how many threads to decode with from its next step (fire and forget)."""
+        if not self._dead:
+            task = asyncio.get_running_loop().create_task(
+                self._send_quietly({"type": "threads", "n": threads})
+            )
+            self._notices.add(task)
+            task.add_done_callback(self._notices.discard)
+
+    async def _send_quietly(self, frame: Frame) -> None:
+        with contextlib.suppress(WorkerCrashed):
+            await self._send(frame)
 
     def cold_start_phases(self) -> dict[str, float]:
         """Seconds spent getting a process (near zero when a spare was ready) and loading the model in it."""

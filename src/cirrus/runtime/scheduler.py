@@ -55,6 +55,9 @@ class BatchScheduler:
     def busy(self) -> bool:
         return bool(self._running or self._waiting)
 
+    def set_threads(self, threads: int) -> None:
+        self._model.set_threads(threads)
+
     def submit(self, frame: Frame) -> None:
         self._waiting.append(frame)
 

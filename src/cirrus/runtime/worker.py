@@ -29,6 +29,7 @@ class Worker:
         self._inbox: queue.Queue[Frame] = queue.Queue()
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
+        self._threads: int | None = None
 
     def serve(self) -> None:
         scheduler = self._load()
@@ -36,6 +37,9 @@ class Worker:
             return
         threading.Thread(target=self._read_loop, name="frame-reader", daemon=True).start()
         while self._take_frames(scheduler, block=not scheduler.busy):
+            threads, self._threads = self._threads, None
+            if threads is not None:
+                scheduler.set_threads(threads)
             scheduler.step()
 
     def _take_frames(self, scheduler: BatchScheduler, block: bool) -> bool:
@@ -88,6 +92,8 @@ class Worker:
                 elif frame["type"] == "cancel":
                     with self._lock:
                         self._cancelled.add(str(frame["id"]))
+                elif frame["type"] == "threads":
+                    self._threads = int(frame["n"])
                 elif frame["type"] == "shutdown":
                     self._inbox.put(SHUTDOWN)
                     return

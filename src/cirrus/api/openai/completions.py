@@ -1,21 +1,22 @@
 """POST /v1/completions: plain text completion (the prompt is sent raw, no chat template)."""
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 
-from cirrus.api.context import affinity_of, platform_of, request_id_of
+from cirrus.api.context import platform_of
 from cirrus.api.errors import error_body
+from cirrus.api.inference import complete, inference_request, stream_response
 from cirrus.api.openai.schemas import CompletionRequest, finish_reason, now, response_id
 from cirrus.api.protocol import WireProtocol
-from cirrus.api.sse import DONE, sse_data, unless_disconnected
+from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
 from cirrus.errors import CirrusError
 from cirrus.runtime.events import TextDelta
 from cirrus.runtime.params import GenerationInput
-from cirrus.service import Generation, InferenceRequest
+from cirrus.service import Generation
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -34,7 +35,7 @@ def _body(completion_id: str, model: str, choices: list[dict[str, Any]]) -> dict
     }
 
 
-async def _stream(generation: Generation, model: str, include_usage: bool) -> AsyncIterator[bytes]:
+async def _stream(generation: Generation, model: str, usage: bool) -> AsyncIterator[bytes]:
     completion_id = response_id("cmpl")
     try:
         async for event in generation:
@@ -42,7 +43,7 @@ async def _stream(generation: Generation, model: str, include_usage: bool) -> As
                 yield sse_data(_body(completion_id, model, [_choice(event.text, None)]))
                 continue
             yield sse_data(_body(completion_id, model, [_choice("", finish_reason(event.finish_reason))]))
-            if include_usage:
+            if usage:
                 yield sse_data({**_body(completion_id, model, []), "usage": usage_dict(event.usage)})
         yield DONE
     except CirrusError as error:
@@ -50,18 +51,14 @@ async def _stream(generation: Generation, model: str, include_usage: bool) -> As
 
 
 async def completions(body: CompletionRequest, request: Request) -> Any:
-    platform = platform_of(request)
-    spec = platform.catalog.require_installed(body.model)
+    spec = platform_of(request).catalog.require_installed(body.model)
     inputs = GenerationInput(prompt=body.prompt, raw=True, sampling=body.sampling(spec.max_tokens_default))
-    inference = InferenceRequest(
-        request_id_of(request), spec.id, inputs, body.keep_alive_s(), affinity_of(request)
-    )
+    inference = inference_request(request, spec.id, inputs, body.keep_alive_s())
     if body.stream:
-        generation = await platform.service.start(inference)
-        return StreamingResponse(
-            _stream(generation, spec.id, body.include_usage), media_type="text/event-stream"
+        return await stream_response(
+            request, inference, partial(_stream, model=spec.id, usage=body.include_usage)
         )
-    completion = await unless_disconnected(request, platform.service.complete(inference))
+    completion = await complete(request, inference)
     text = body.prompt + completion.text if body.echo else completion.text
     choices = [_choice(text, finish_reason(completion.finish_reason))]
     return {**_body(response_id("cmpl"), spec.id, choices), "usage": usage_dict(completion.usage)}

@@ -14,7 +14,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
+from cirrus.api.options import GenerationOptions
 from cirrus.runtime.params import SamplingParams
 
 MAX_PROMPT_CHARS = 131072
@@ -24,50 +24,18 @@ class StreamOptions(BaseModel):
     include_usage: bool = Field(default=False, strict=True)
 
 
-class SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class SamplingFields(GenerationOptions):
+    """Generation options with OpenAI's ranges, plus Cirrus's extras (top_k, repetition_penalty, keep_alive)."""
 
     model: str = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1, le=131072, strict=True)
     temperature: float = Field(default=1.0, ge=0, le=2, strict=True)
     top_p: float = Field(default=1.0, ge=0, le=1, strict=True)
-    top_k: int = Field(default=40, ge=1, le=50, strict=True)
     n: int = Field(default=1, ge=1, le=1, strict=True, description="only 1 is supported")
     seed: int | None = Field(default=None, strict=True)
-    stop: list[str] | None = Field(default=None, max_length=16)
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2, strict=True)
     presence_penalty: float = Field(default=0.0, ge=-2, le=2, strict=True)
-    repetition_penalty: float = Field(default=1.0, ge=0, le=2, strict=True)
-    stream: bool = Field(default=False, strict=True)
     stream_options: StreamOptions | None = None
     user: str | None = None
-    keep_alive: float | str | None = None
-
-    @field_validator("stop", mode="before")
-    @classmethod
-    def _stop_as_list(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-    @field_validator("keep_alive", mode="before")
-    @classmethod
-    def _valid_keep_alive(cls, value: Any) -> Any:
-        return check_keep_alive(value)
-
-    def sampling(self, default_max_tokens: int) -> SamplingParams:
-        return SamplingParams(
-            max_tokens=self.max_tokens or default_max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-            repetition_penalty=self.repetition_penalty,
-            frequency_penalty=self.frequency_penalty,
-            presence_penalty=self.presence_penalty,
-            stop=tuple(self.stop or ()),
-        )
-
-    def keep_alive_s(self) -> float | None:
-        return parse_keep_alive(self.keep_alive)
 
     @property
     def include_usage(self) -> bool:

@@ -4,15 +4,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 
-from cirrus.api.context import affinity_of, platform_of, request_id_of
-from cirrus.api.sse import DONE, sse_data, unless_disconnected
+from cirrus.api.context import platform_of
+from cirrus.api.inference import complete, inference_request, stream_response
+from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
 from cirrus.api.workers_ai.schemas import TextGenerationInput, envelope
 from cirrus.errors import CirrusError
 from cirrus.runtime.events import TextDelta
-from cirrus.service import Generation, InferenceRequest
+from cirrus.service import Generation
 
 router = APIRouter(tags=["Workers AI"])
 
@@ -30,19 +30,12 @@ async def _events(generation: Generation) -> AsyncIterator[bytes]:
 
 
 async def run_model(model: str, body: TextGenerationInput, request: Request) -> Any:
-    platform = platform_of(request)
-    spec = platform.catalog.require_installed(model)
-    inference = InferenceRequest(
-        request_id_of(request),
-        spec.id,
-        body.generation_input(spec.max_tokens_default),
-        body.keep_alive_s(),
-        affinity_of(request),
-    )
+    spec = platform_of(request).catalog.require_installed(model)
+    inputs = body.generation_input(spec.max_tokens_default)
+    inference = inference_request(request, spec.id, inputs, body.keep_alive_s())
     if body.stream:
-        generation = await platform.service.start(inference)
-        return StreamingResponse(_events(generation), media_type="text/event-stream")
-    completion = await unless_disconnected(request, platform.service.complete(inference))
+        return await stream_response(request, inference, _events)
+    completion = await complete(request, inference)
     return envelope({"response": completion.text, "usage": usage_dict(completion.usage)})
 
 
