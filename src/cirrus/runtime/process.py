@@ -113,7 +113,16 @@ class WorkerProcess:
             env={**os.environ, **(_KEEP_HEAP if heap_bytes else {})},
         )
         child_sock.close()
-        return cls(proc, await SocketTransport.over(parent_sock))
+        worker = cls(proc, await SocketTransport.over(parent_sock))
+        try:
+            frame = await worker._transport.recv()
+        except TransportClosed as exc:
+            await worker.kill()
+            raise WorkerStartFailed(f"a worker process exited while starting: {exc}") from exc
+        if frame["type"] != "idle":
+            await worker.kill()
+            raise WorkerStartFailed(f"a worker process said {frame['type']!r} instead of 'idle'")
+        return worker
 
     @property
     def loaded(self) -> bool:
