@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make serve` serves the default model; `make test` runs every check.
-.PHONY: serve test lint unit integration bench setup
+.PHONY: serve test lint bench setup
 
 setup:
 	@scripts/bootstrap.sh
@@ -16,5 +16,5 @@ test: lint
 	.venv/bin/pytest -q
 
 bench: setup
-	.venv/bin/python bench/core.py
-	.venv/bin/python bench/serving.py
+	.venv/bin/python -m bench.core
+	.venv/bin/python -m bench.serving
