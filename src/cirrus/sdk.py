@@ -111,7 +111,7 @@ class LocalAi(Ai):
 
         try:
             body = TextGenerationInput.model_validate(inputs)
-            spec = self.platform.catalog.require_installed(model)
+            spec = self.platform.catalog.get(model)
         except ValidationError as exc:
             raise AiError.from_cirrus(invalid_input(exc.errors())) from None
         except CirrusError as exc:

@@ -51,7 +51,7 @@ async def _stream(generation: Generation, model: str, usage: bool) -> AsyncItera
 
 
 async def completions(body: CompletionRequest, request: Request) -> Any:
-    spec = platform_of(request).catalog.require_installed(body.model)
+    spec = platform_of(request).catalog.get(body.model)
     inputs = GenerationInput(prompt=body.prompt, raw=True, sampling=body.sampling(spec.max_tokens_default))
     inference = inference_request(request, spec.id, inputs, body.keep_alive_s())
     if body.stream:

@@ -30,7 +30,7 @@ async def _events(generation: Generation) -> AsyncIterator[bytes]:
 
 
 async def run_model(model: str, body: TextGenerationInput, request: Request) -> Any:
-    spec = platform_of(request).catalog.require_installed(model)
+    spec = platform_of(request).catalog.get(model)
     inputs = body.generation_input(spec.max_tokens_default)
     inference = inference_request(request, spec.id, inputs, body.keep_alive_s())
     if body.stream:
