@@ -9,6 +9,7 @@ sent chat messages on /v1/chat/completions; models without a chat template raw p
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -19,9 +20,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -74,6 +75,8 @@ PREFIX_TOKENS = 16
 SHARED_PREFIX_TOKENS = 1000
 SPARE_SETTLE_S = 5.0
 PHASE_ATTEMPTS = 3
+WATCH_WINDOW_S = 2.0
+ABORT_CORES = 0.5
 ROOT = Path(__file__).resolve().parents[1]
 
 TARGET_BATCH_LEVEL, TARGET_BATCH_RATIO, TARGET_BATCH_P99_S = 8, 2.5, 1.5
@@ -301,6 +304,24 @@ def async_client(base_url: str, connections: int) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT_S, limits=limits)
 
 
+async def watched(work: Awaitable[T], noisy: threading.Event) -> T:
+    """Await work, but cancel it (closing its connections) and raise Noisy as soon as noisy is set."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        if noisy.is_set():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise Noisy
+        await asyncio.wait({task}, timeout=0.25)
+    return task.result()
+
+
+def check_quiet(noisy: threading.Event) -> None:
+    if noisy.is_set():
+        raise Noisy
+
+
 async def sequential(
     base_url: str, api: Api, server: str, prompts: Sequence[Prompt], tokens: int
 ) -> list[Reply]:
@@ -342,7 +363,7 @@ def wait_up(url: str, server: subprocess.Popen[bytes]) -> None:
     raise TimeoutError(f"{url} did not answer in {SERVER_START_TIMEOUT_S} s")
 
 
-@contextmanager
+@contextlib.contextmanager
 def peer_server(config: Config, log: IO[str]) -> Iterator[str]:
     port = free_port()
     server = subprocess.Popen(peer_command(config, port), stdout=log, stderr=subprocess.STDOUT)
@@ -354,7 +375,7 @@ def peer_server(config: Config, log: IO[str]) -> Iterator[str]:
         stop_server(server)
 
 
-@contextmanager
+@contextlib.contextmanager
 def server_url(server: str, config: Config, log: IO[str]) -> Iterator[str]:
     if server == PEER:
         with peer_server(config, log) as url:
@@ -388,9 +409,43 @@ def busiest_others(before: dict[int, tuple[int, float]]) -> str:
 
 def process_name(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:60].strip()
+        return " ".join(
+            Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split()
+        )[:60]
     except OSError:
         return "?"
+
+
+class Noisy(Exception):
+    """Other processes took CPU while a phase was measured: its figures would be meaningless."""
+
+
+class Watch:
+    """Sets `noisy` once other processes keep more than ABORT_CORES busy over one WATCH_WINDOW_S window, so that
+    a phase stops early instead of crawling on while llama.cpp's threads fight for the cores."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.noisy = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="contention-watch", daemon=True)
+        self._enabled = enabled
+
+    def __enter__(self) -> "Watch":
+        if self._enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._enabled:
+            self._thread.join()
+
+    def _watch(self) -> None:
+        start = cpu_sample()
+        while not self._stop.wait(WATCH_WINDOW_S):
+            if others_cores(start) > ABORT_CORES:
+                self.noisy.set()
+            start = cpu_sample()
 
 
 @dataclass
@@ -398,19 +453,33 @@ class Phases:
     wait_quiet_s: float
     busy: dict[str, list[float]] = field(default_factory=dict)
 
-    def run(self, name: str, measure: Callable[[], T]) -> T:
-        """Measure, and measure again (at most PHASE_ATTEMPTS times) if other processes took CPU meanwhile."""
+    def run(self, name: str, measure: Callable[[threading.Event], T]) -> T:
+        """Measure after waiting for a quiet machine, and again (at most PHASE_ATTEMPTS times) if other processes
+        took CPU meanwhile; the last attempt is kept whatever happens, and its contention is reported."""
         for attempt in range(1, PHASE_ATTEMPTS + 1):
-            progress(f"{name}: waiting for a quiet machine ({wait_for_quiet(self.wait_quiet_s)})")
-            start, table = cpu_sample(), process_table()
-            result = measure()
-            cores = others_cores(start)
-            if cores < QUIET_CORES:
-                break
-            progress(f"{name}: others kept {cores:.2f} cores busy (attempt {attempt}): "
-                     f"{busiest_others(table)}")  # fmt: skip
-        self.busy.setdefault(name, []).append(cores)
-        return result
+            outcome = self._attempt(name, measure, last=attempt == PHASE_ATTEMPTS)
+            if outcome is not None:
+                result, cores = outcome
+                self.busy.setdefault(name, []).append(cores)
+                return result
+        raise AssertionError("the last attempt always returns")
+
+    def _attempt(
+        self, name: str, measure: Callable[[threading.Event], T], last: bool
+    ) -> tuple[T, float] | None:
+        progress(f"{name}: waiting for a quiet machine ({wait_for_quiet(self.wait_quiet_s)})")
+        start, table = cpu_sample(), process_table()
+        with Watch(enabled=not last) as watch:
+            try:
+                result = measure(watch.noisy)
+            except Noisy:
+                progress(f"{name}: stopped early, other processes are busy: {busiest_others(table)}")
+                return None
+        cores = others_cores(start)
+        if cores >= QUIET_CORES and not last:
+            progress(f"{name}: others kept {cores:.2f} cores busy: {busiest_others(table)}")
+            return None
+        return result, cores
 
 
 def progress(message: str) -> None:
@@ -486,10 +555,17 @@ async def level_run(url: str, api: Api, server: str, concurrency: int, requests:
 
 
 def measure_level(
-    config: Config, api: Api, server: str, concurrency: int, requests: int, log: IO[str]
+    config: Config,
+    api: Api,
+    server: str,
+    concurrency: int,
+    requests: int,
+    log: IO[str],
+    noisy: threading.Event,
 ) -> Level:
     with server_url(server, config, log) as url:
-        return asyncio.run(level_run(url, api, server, concurrency, requests, config.max_tokens))
+        work = level_run(url, api, server, concurrency, requests, config.max_tokens)
+        return asyncio.run(watched(work, noisy))
 
 
 def throughput(config: Config, api: Api, plan: "Plan", phases: Phases, log: IO[str]) -> list[Level]:
@@ -528,19 +604,22 @@ def unloaded_and_settled(client: httpx.Client, model_id: str) -> None:
     time.sleep(SPARE_SETTLE_S)
 
 
-def cold_start(config: Config, api: Api, naive_text: str, log: IO[str]) -> Cold:
+def cold_start(config: Config, api: Api, naive_text: str, log: IO[str], noisy: threading.Event) -> Cold:
     cold, prompt = Cold(), cold_prompt(api.chat)
     with cirrus_server(config.threads, log) as client:
         url = str(client.base_url).rstrip("/")
         for _ in range(config.runs):
             unloaded_and_settled(client, config.spec.id)
+            check_quiet(noisy)
             warm_page_cache(config.path)
             cold.cirrus += asyncio.run(sequential(url, api, CIRRUS, [prompt], COLD_TOKENS))
             cold.naive_s.append(naive_cold(config, naive_text))
     return cold
 
 
-def prefix_cirrus(config: Config, api: Api, pairs: PrefixPairs, log: IO[str]) -> list[tuple[Reply, Reply]]:
+def prefix_cirrus(
+    config: Config, api: Api, pairs: PrefixPairs, log: IO[str], noisy: threading.Event
+) -> list[tuple[Reply, Reply]]:
     """Each pair on a freshly loaded instance (unload, then load): nothing of the first prompt is cached."""
     measured = []
     with cirrus_server(config.threads, log) as client:
@@ -549,16 +628,20 @@ def prefix_cirrus(config: Config, api: Api, pairs: PrefixPairs, log: IO[str]) ->
             unload(client, config.spec.id)
             client.post(f"/admin/models/{config.spec.id}/load").raise_for_status()
             time.sleep(SPARE_SETTLE_S)
+            check_quiet(noisy)
             a, b = asyncio.run(sequential(url, api, CIRRUS, [first, second], PREFIX_TOKENS))
             measured.append((a, b))
     return measured
 
 
-def prefix_peer(config: Config, api: Api, pairs: PrefixPairs, log: IO[str]) -> list[tuple[Reply, Reply]]:
+def prefix_peer(
+    config: Config, api: Api, pairs: PrefixPairs, log: IO[str], noisy: threading.Event
+) -> list[tuple[Reply, Reply]]:
     """The peer keeps only its last prompt's cache: an unrelated request first, so the first pair member is new."""
     measured = []
     with peer_server(config, log) as url:
         for first, second in pairs.pairs:
+            check_quiet(noisy)
             _, a, b = asyncio.run(
                 sequential(url, api, PEER, [cold_prompt(api.chat), first, second], PREFIX_TOKENS)
             )
@@ -612,10 +695,10 @@ def measure_model(model: str, plan: Plan, phases: Phases, log: IO[str]) -> Model
     api, pairs = prepared.api, prepared.pairs
     load_before = load_average()
     levels = throughput(config, api, plan, phases, log)
-    cold = phases.run("cold start", lambda: cold_start(config, api, prepared.naive_text, log))
+    cold = phases.run("cold start", partial(cold_start, config, api, prepared.naive_text, log))
     prefix = Prefix(pairs)
-    prefix.cirrus = phases.run("prefix Cirrus", lambda: prefix_cirrus(config, api, pairs, log))
-    prefix.peer = phases.run("prefix peer", lambda: prefix_peer(config, api, pairs, log))
+    prefix.cirrus = phases.run("prefix Cirrus", partial(prefix_cirrus, config, api, pairs, log))
+    prefix.peer = phases.run("prefix peer", partial(prefix_peer, config, api, pairs, log))
     return ModelRun(config, api, levels, cold, prefix, dict(phases.busy), load_before, load_average())
 
 
@@ -777,7 +860,7 @@ def source_digest(src: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-@contextmanager
+@contextlib.contextmanager
 def frozen_source() -> Iterator[Path]:
     """Serve Cirrus (server and workers) from a copy of src/ taken now, so that edits made to the working tree
     while the benchmark runs cannot mix code versions within one run."""
