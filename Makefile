@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make serve` serves the default model; `make test` runs every check.
-.PHONY: serve test lint bench setup
+.PHONY: serve test lint bench setup test-setup
 
 setup:
 	@scripts/bootstrap.sh
@@ -7,7 +7,10 @@ setup:
 serve: setup
 	.venv/bin/cirrus serve
 
-lint: setup
+test-setup:
+	@scripts/bootstrap.sh --test-services
+
+lint: test-setup
 	.venv/bin/ruff check src tests bench
 	.venv/bin/ruff format --check src tests bench
 	.venv/bin/mypy

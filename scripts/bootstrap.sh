@@ -67,7 +67,21 @@ install_project() {
   echo "$want" > "$stamp"
 }
 
+install_test_services() {
+  # PostgreSQL and Redis are real servers the tests start (never mocks); `make serve` needs neither.
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+  [ ${#missing[@]} -eq 0 ] && return
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    say "the tests need ${missing[*]}: install them with your package manager"; return
+  fi
+  say "installing ${missing[*]} for the tests"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
 make_venv
+[ "${1:-}" = "--test-services" ] && install_test_services
 install_engine
 install_project
 "$PY" -c "import llama_cpp, cirrus" && say "ready"

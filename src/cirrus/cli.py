@@ -1,8 +1,10 @@
-"""The `cirrus` command: serve, run, models, ps, load, unload."""
+"""The `cirrus` command: serve, run, models, ps, load, unload; accounts, tokens and usage."""
 
 import argparse
+import asyncio
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,8 +12,10 @@ from typing import Any
 
 import httpx
 
+from cirrus.auth.cli import register as register_identity
 from cirrus.catalog import DEFAULT_MODEL, CatalogError, load_catalog
 from cirrus.config import Settings
+from cirrus.metering.cli import register as register_usage
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 MIB = 1024 * 1024
@@ -27,10 +31,14 @@ def _settings(args: argparse.Namespace) -> Settings:
         "request_timeout_s",
         "queue_size",
         "threads",
+        "database",
+        "redis_url",
     ):
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
+    if getattr(args, "allow_open", False):
+        overrides["allow_open"] = True
     return Settings(**overrides)
 
 
@@ -38,17 +46,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from cirrus.gateway.app import create_app
+    from cirrus.gateway.open_mode import open_mode_refusal, tokens_configured
+    from cirrus.observability import configure_logging
     from cirrus.platform import Platform
 
     settings = _settings(args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.INFO)
+    has_tokens = asyncio.run(tokens_configured(settings))
+    refusal = open_mode_refusal(settings.host, has_tokens, settings.allow_open)
+    if refusal:
+        print(f"cirrus: {refusal}", file=sys.stderr)
+        return 2
     try:
         platform = Platform(settings)
     except CatalogError as exc:
         print(f"cirrus: {exc}", file=sys.stderr)
         return 2
     installed = [e.spec.id for e in platform.catalog.entries() if e.installed]
-    logging.getLogger("cirrus").info(
+    log = logging.getLogger("cirrus")
+    if not has_tokens:
+        log.warning("running open: no API tokens are configured, so every request is served without one")
+    log.info(
         "serving %d installed model(s) on http://%s:%d (memory budget %d MiB): %s",
         len(installed),
         settings.host,
@@ -61,6 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level="info",
+        log_config=None,  # uvicorn's loggers write through our JSON handler
         timeout_graceful_shutdown=10,
     )
     return 0
@@ -69,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from cirrus.sdk import Ai, AiError
 
-    ai = Ai.local(catalog=args.catalog) if args.local else Ai.remote(args.url)
+    ai = Ai.local(catalog=args.catalog) if args.local else Ai.remote(args.url, token=args.token)
     inputs: dict[str, Any] = {"prompt": args.prompt}
     if args.max_tokens:
         inputs["max_tokens"] = args.max_tokens
@@ -108,7 +127,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _admin(args: argparse.Namespace, method: str, path: str) -> dict[str, Any] | None:
     try:
-        response = httpx.request(method, f"{args.url.rstrip('/')}{path}", timeout=300)
+        headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+        response = httpx.request(method, f"{args.url.rstrip('/')}{path}", headers=headers, timeout=300)
     except httpx.ConnectError:
         print(f"cirrus: no server at {args.url}", file=sys.stderr)
         return None
@@ -176,6 +196,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--request-timeout-s", dest="request_timeout_s", type=float)
     serve.add_argument("--queue-size", dest="queue_size", type=int)
     serve.add_argument("--threads", type=int)
+    serve.add_argument("--database", help="a SQLite file or a postgresql:// DSN for tokens and usage")
+    serve.add_argument(
+        "--redis-url", dest="redis_url", help="share rate limits and the cache between gateways"
+    )
+    serve.add_argument(
+        "--allow-open", action="store_true", help="serve a non-loopback address with no tokens configured"
+    )
     serve.set_defaults(handler=cmd_serve)
     run = commands.add_parser("run", help="run a model and stream its answer")
     run.add_argument("model", nargs="?", default=DEFAULT_MODEL)
@@ -184,6 +211,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--url", default=DEFAULT_URL)
     run.add_argument("--local", action="store_true", help="run embedded, without a server")
     run.add_argument("--catalog", type=Path)
+    _token_option(run)
     run.set_defaults(handler=cmd_run)
     models = commands.add_parser("models", help="list the catalog")
     models.add_argument("--catalog", type=Path)
@@ -197,8 +225,17 @@ def _parser() -> argparse.ArgumentParser:
         if name != "ps":
             sub.add_argument("model")
         sub.add_argument("--url", default=DEFAULT_URL)
+        _token_option(sub)
         sub.set_defaults(handler=handler)
+    register_identity(commands)
+    register_usage(commands)
     return parser
+
+
+def _token_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--token", default=os.environ.get("CIRRUS_TOKEN"), help="an API token (default: $CIRRUS_TOKEN)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

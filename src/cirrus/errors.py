@@ -1,10 +1,13 @@
 """One error hierarchy. Each error knows its HTTP status, its Workers AI code and, for OpenAI, its type.
 
 Codes below 10000 follow Workers AI's published table where one exists (5007 no such model, 3006 request too
-large, 3007 timeout, 3008 aborted, 3040 capacity). Codes 3050-3059 are Cirrus's own, for conditions Workers AI
-never shows its callers (a worker process that crashed, a model larger than the memory budget).
+large, 3007 timeout, 3008 aborted, 3036 daily allocation, 3040 capacity, 3041 model not allowed). Codes 3050-3059
+are Cirrus's own, for conditions Workers AI never shows its callers (a worker process that crashed, a model
+larger than the memory budget, a guardrail). 10000 and 971 are the Cloudflare API's authentication and
+rate-limit codes.
 """
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 
@@ -14,11 +17,19 @@ class CirrusError(Exception):
     openai_type: ClassVar[str] = "server_error"
     openai_code: ClassVar[str | None] = None
 
-    def __init__(self, message: str, *, param: str | None = None, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        retry_after_s: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.retry_after_s = retry_after_s
+        self.headers = dict(headers or {})
 
 
 class InvalidInput(CirrusError):
@@ -66,6 +77,61 @@ class CapacityExceeded(CirrusError):
     code = 3040
     openai_type = "rate_limit_error"
     openai_code = "capacity_exceeded"
+
+
+class Unauthorized(CirrusError):
+    """No token, an unknown one, a revoked or an expired one: one answer for all, so none is told apart."""
+
+    status = 401
+    code = 10000
+    openai_type = "authentication_error"
+    openai_code = "invalid_api_key"
+
+
+class Forbidden(CirrusError):
+    """A valid token acting outside its account or permissions."""
+
+    status = 403
+    code = 10000
+    openai_type = "permission_error"
+    openai_code = "permission_denied"
+
+
+class ModelForbidden(Forbidden):
+    """Checked before the model is looked up, so the answer never says whether the model exists."""
+
+    code = 3041
+    openai_code = "model_not_allowed"
+
+
+class RateLimited(CirrusError):
+    status = 429
+    code = 971
+    openai_type = "rate_limit_error"
+    openai_code = "rate_limit_exceeded"
+
+
+class DailyAllocationExhausted(CirrusError):
+    status = 429
+    code = 3036
+    openai_type = "insufficient_quota"
+    openai_code = "insufficient_quota"
+
+
+class SpendLimitReached(CirrusError):
+    status = 429
+    code = 3053
+    openai_type = "insufficient_quota"
+    openai_code = "spend_limit_reached"
+
+
+class InputRefused(CirrusError):
+    """A guardrail refused the input before inference."""
+
+    status = 400
+    code = 3054
+    openai_type = "invalid_request_error"
+    openai_code = "content_filter"
 
 
 class WorkerCrashed(CirrusError):

@@ -1,6 +1,7 @@
-"""Everything a Cirrus node runs, wired together once: catalog, pool, service, and the keep-alive reaper.
+"""Everything a Cirrus node runs, wired together once: catalog, pool, service, the keep-alive reaper and, for
+the HTTP server, the gateway (identities, limits, metering, cache) in front of them.
 
-The HTTP server and the embedded SDK (`Ai.local()`) both run one of these.
+The HTTP server and the embedded SDK (`Ai.local()`, which has no gateway) both run one of these.
 """
 
 import asyncio
@@ -9,6 +10,11 @@ import logging
 
 from cirrus.catalog import Catalog, load_catalog
 from cirrus.config import Settings
+from cirrus.gateway.auth import Authenticator
+from cirrus.gateway.components import GatewayParts
+from cirrus.gateway.pipeline import Pipeline
+from cirrus.metering.store import UsageStore
+from cirrus.observability import Metrics, PoolSource
 from cirrus.pool import Pool
 from cirrus.pool.launcher import ProcessLauncher
 from cirrus.service import InferenceService
@@ -17,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 class Platform:
-    def __init__(self, settings: Settings, catalog: Catalog | None = None) -> None:
+    def __init__(self, settings: Settings, catalog: Catalog | None = None, *, gateway: bool = True) -> None:
         self.settings = settings
         self.catalog = catalog or load_catalog(settings.catalog, settings.cache_dir)
         self.launcher = ProcessLauncher(self.catalog, settings)
@@ -26,9 +32,42 @@ class Platform:
             self.launcher, budget, settings.queue_size, settings.default_keep_alive_s, cores=settings.threads
         )
         self.service = InferenceService(self.catalog, self.pool, settings.request_timeout_s)
+        self.metrics = Metrics(
+            PoolSource(
+                self.pool,
+                spares_ready=lambda: self.launcher.spares.ready,
+                model_ids=lambda: [entry.spec.id for entry in self.catalog.entries()],
+            )
+        )
+        self._with_gateway = gateway
+        self._gateway: GatewayParts | None = None
+        self._pipeline: Pipeline | None = None
         self._background: list[asyncio.Task[None]] = []
 
+    @property
+    def gateway(self) -> GatewayParts:
+        if self._gateway is None:
+            raise RuntimeError("the gateway is not open: start the platform first")
+        return self._gateway
+
+    @property
+    def pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            raise RuntimeError("the gateway is not open: start the platform first")
+        return self._pipeline
+
+    @property
+    def usage_store(self) -> UsageStore:
+        return self.gateway.usage_store
+
+    def authenticator(self) -> Authenticator | None:
+        """None until the gateway is open, and on a node without one (the embedded SDK)."""
+        return self._gateway.authenticator if self._gateway is not None else None
+
     async def start(self) -> None:
+        if self._with_gateway:
+            self._gateway = await GatewayParts.open(self.settings, self.catalog, self.service, self.metrics)
+            self._pipeline = Pipeline(self._gateway)
         self._background.append(asyncio.create_task(self.launcher.spares.fill()))
         self._background.append(asyncio.create_task(self.pool.run_reaper(self.settings.reaper_interval_s)))
         for entry in self.catalog.entries():
@@ -49,3 +88,5 @@ class Platform:
                 await task
         await self.pool.close()
         await self.launcher.spares.close()
+        if self._gateway is not None:
+            await self._gateway.close()

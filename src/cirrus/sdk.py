@@ -91,7 +91,7 @@ class LocalAi(Ai):
         self._thread = threading.Thread(target=self._loop.run_forever, name="cirrus-local", daemon=True)
         self._thread.start()
         try:
-            self.platform = Platform(settings)
+            self.platform = Platform(settings, gateway=False)
             self._call(self.platform.start())
         except BaseException:
             self._stop_loop()

@@ -58,7 +58,12 @@ def _wait_ready(server: Server) -> None:
 def running_server(tmp_path: Path, *args: str, **env: str) -> Iterator[Server]:
     port = free_port()
     log_path = tmp_path / f"server-{port}.log"
-    environment = {**os.environ, "CIRRUS_THREADS": "2", **{f"CIRRUS_{k.upper()}": v for k, v in env.items()}}
+    environment = {
+        **os.environ,
+        "CIRRUS_THREADS": "2",
+        "CIRRUS_STATE_DIR": str(tmp_path / "state"),
+        **{f"CIRRUS_{k.upper()}": v for k, v in env.items()},
+    }
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "cirrus.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *args],

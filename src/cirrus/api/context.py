@@ -1,11 +1,16 @@
 """What a route handler needs from the running node, looked up from the request (no globals)."""
 
+from typing import TYPE_CHECKING
+
 from starlette.requests import Request
 
-from cirrus.platform import Platform
+from cirrus.auth import OPEN_PRINCIPAL, Principal
+
+if TYPE_CHECKING:  # the platform imports the gateway, which reads requests through this module
+    from cirrus.platform import Platform
 
 
-def platform_of(request: Request) -> Platform:
+def platform_of(request: Request) -> "Platform":
     platform: Platform = request.app.state.platform
     return platform
 
@@ -17,3 +22,9 @@ def affinity_of(request: Request) -> str | None:
 
 def request_id_of(request: Request) -> str:
     return str(request.scope.get("state", {}).get("request_id", ""))
+
+
+def principal_of(request: Request) -> Principal:
+    """Set by the auth middleware; an app without it (the embedded SDK) acts as the open principal."""
+    principal = request.scope.get("state", {}).get("principal")
+    return principal if isinstance(principal, Principal) else OPEN_PRINCIPAL

@@ -36,7 +36,7 @@ def error_response(
     error: CirrusError, protocol: WireProtocol, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
     status = openai_status(error) if protocol is WireProtocol.OPENAI else error.status
-    all_headers = dict(headers or {})
+    all_headers = {**error.headers, **(headers or {})}
     if error.retry_after_s is not None:
         all_headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
     return JSONResponse(error_body(error, protocol), status_code=status, headers=all_headers)

@@ -1,5 +1,5 @@
-"""What every generating route does once it has translated its body: stream the events, or wait for the whole
-answer while watching for the client to leave."""
+"""What every generating route does once it has translated its body: resolve the model through the gateway,
+then stream the answer's events, or wait for the whole answer while watching for the client to leave."""
 
 from collections.abc import AsyncIterator, Callable
 
@@ -8,10 +8,22 @@ from fastapi.responses import StreamingResponse
 
 from cirrus.api.context import affinity_of, platform_of, request_id_of
 from cirrus.api.sse import unless_disconnected
+from cirrus.catalog import ModelSpec
+from cirrus.gateway.answer import Answer
+from cirrus.gateway.call import Call, call_of
 from cirrus.runtime.params import GenerationInput
-from cirrus.service import Completion, Generation, InferenceRequest
+from cirrus.service import Completion, InferenceRequest
 
-EventWriter = Callable[[Generation], AsyncIterator[bytes]]
+EventWriter = Callable[[Answer], AsyncIterator[bytes]]
+
+
+def gateway_call(request: Request, stream: bool) -> Call:
+    return call_of(request, stream=stream, log_prompts=platform_of(request).settings.log_prompts)
+
+
+def resolve_model(request: Request, model: str, stream: bool) -> ModelSpec:
+    """The model's spec, once the caller's token may use it (checked before the model is looked up)."""
+    return platform_of(request).pipeline.resolve(gateway_call(request, stream), model)
 
 
 def inference_request(
@@ -20,13 +32,20 @@ def inference_request(
     return InferenceRequest(request_id_of(request), model, inputs, keep_alive_s, affinity_of(request))
 
 
+async def _answer(request: Request, inference: InferenceRequest, stream: bool) -> Answer:
+    return await platform_of(request).pipeline.run(gateway_call(request, stream), inference)
+
+
 async def stream_response(
     request: Request, inference: InferenceRequest, write: EventWriter
 ) -> StreamingResponse:
-    """Start the generation first, so that errors before its first token are plain HTTP errors."""
-    generation = await platform_of(request).service.start(inference)
-    return StreamingResponse(write(generation), media_type="text/event-stream")
+    """Start the answer first, so that errors before its first token are plain HTTP errors."""
+    answer = await _answer(request, inference, stream=True)
+    return StreamingResponse(write(answer), media_type="text/event-stream")
 
 
 async def complete(request: Request, inference: InferenceRequest) -> Completion:
-    return await unless_disconnected(request, platform_of(request).service.complete(inference))
+    async def collected() -> Completion:
+        return await (await _answer(request, inference, stream=False)).collect()
+
+    return await unless_disconnected(request, collected())

@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Task = Literal["text-generation"]
+OutputFilterName = Literal["email", "phone", "card"]
 
 
 class ArtifactRef(BaseModel):
@@ -81,6 +82,13 @@ class ModelSpec(BaseModel):
     pinned: bool = False
     chat_template: str | None = None
     install_hint: str = ""
+    requests_per_minute: int | None = Field(default=None, ge=1, description="default: Workers AI's per task")
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    fallbacks: tuple[str, ...] = Field(default=(), description="models tried in order when this one fails")
+    max_attempts: int = Field(default=1, ge=1, le=5, description="tries on capacity errors and crashes")
+    deny_patterns: tuple[str, ...] = Field(default=(), description="regular expressions refused in input")
+    output_filters: tuple[OutputFilterName, ...] = ()
+    output_deny_patterns: tuple[str, ...] = ()
 
     @property
     def kv_cells(self) -> int:

@@ -6,11 +6,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
-from cirrus.api import admin, health
+from cirrus.api import account_usage, admin, health, metrics
 from cirrus.api.openai import chat, completions
 from cirrus.api.openai import models as openai_models
 from cirrus.api.workers_ai import models as workers_ai_models
 from cirrus.api.workers_ai import run
+from cirrus.gateway.access_log import AccessLogMiddleware
+from cirrus.gateway.auth import AuthMiddleware
 from cirrus.gateway.body_limit import BodyLimitMiddleware
 from cirrus.gateway.handlers import install_handlers
 from cirrus.gateway.json_body import JsonBodyMiddleware
@@ -23,15 +25,20 @@ ROUTERS = (
     chat.router,
     completions.router,
     openai_models.router,
+    account_usage.router,
     admin.router,
+    metrics.router,
     health.router,
 )
 
 
 def build_middleware_stack(app: ASGIApp, platform: Platform) -> ASGIApp:
-    """Outermost last: the request id wraps everything, so even a refused body carries one."""
+    """Outermost last. The request id wraps everything, so even a refused request carries one and is logged;
+    authentication comes before the body is read, so an unauthenticated caller cannot make us read 10 MB."""
     app = JsonBodyMiddleware(app)
     app = BodyLimitMiddleware(app, platform.settings.max_body_bytes)
+    app = AuthMiddleware(app, platform, platform.settings.metrics_token_required)
+    app = AccessLogMiddleware(app, platform.metrics)
     return RequestIdMiddleware(app)
 
 

@@ -1,12 +1,17 @@
-"""Give every request an id, keep it in the ASGI scope, and return it as `cf-ai-req-id`."""
+"""Give every request an id: the caller's `x-request-id` (or `cf-ai-req-id`) when it is sane, else a new one.
+It is kept in the ASGI scope and in a context variable (so every log line carries it), passed to the worker,
+and returned as `cf-ai-req-id` and `x-request-id`."""
 
 import re
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cirrus.observability.logs import current_request_id
+
 HEADER = b"cf-ai-req-id"
-_ACCEPTABLE = re.compile(rb"^[A-Za-z0-9._-]{1,128}$")
+INCOMING = (b"x-request-id", HEADER)
+_ACCEPTABLE = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 
 
 class RequestIdMiddleware:
@@ -19,17 +24,28 @@ class RequestIdMiddleware:
             return
         request_id = self._incoming(scope) or uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        encoded = request_id.encode()
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), (HEADER, request_id.encode())]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (HEADER, encoded),
+                    (b"x-request-id", encoded),
+                ]
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        token = current_request_id.set(request_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            current_request_id.reset(token)
 
     @staticmethod
     def _incoming(scope: Scope) -> str | None:
-        for name, value in scope.get("headers", []):
-            if name == HEADER and _ACCEPTABLE.match(value):
+        headers = dict(scope.get("headers", []))
+        for name in INCOMING:
+            value = headers.get(name)
+            if value is not None and _ACCEPTABLE.match(value):
                 return str(value.decode())
         return None

@@ -8,6 +8,7 @@ or its deadline passes. Idle instances are stopped when their keep-alive runs ou
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -250,7 +251,7 @@ class Pool:
             await self._notify()
 
     def _spawn_stop(self, instance: Instance) -> None:
-        task = asyncio.get_running_loop().create_task(self._stop(instance))
+        task = asyncio.get_running_loop().create_task(self._stop(instance), context=contextvars.Context())
         self._stops.add(task)
         task.add_done_callback(self._stops.discard)
 

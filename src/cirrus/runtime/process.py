@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import signal
@@ -157,7 +158,10 @@ class WorkerProcess:
             raise WorkerStartFailed(
                 f"the worker for {Path(options.path).name} did not start: {exc!r}"
             ) from exc
-        self._reader = asyncio.create_task(self._read_frames(), name=f"worker-{self.pid}-reader")
+        # A fresh context: the reader outlives the request that started the worker, so it must not log as it.
+        self._reader = asyncio.create_task(
+            self._read_frames(), name=f"worker-{self.pid}-reader", context=contextvars.Context()
+        )
 
     async def _load(self, options: LoadOptions) -> EngineInfo:
         started = time.perf_counter()

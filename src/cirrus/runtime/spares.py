@@ -6,6 +6,7 @@ has already paid it. Taking one starts its replacement in the background.
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 
 from cirrus.runtime.process import WorkerProcess
@@ -51,7 +52,7 @@ class SpareWorkers:
 
     def _schedule_refill(self) -> None:
         if self._count and (self._refill is None or self._refill.done()):
-            self._refill = asyncio.create_task(self._refill_quietly())
+            self._refill = asyncio.create_task(self._refill_quietly(), context=contextvars.Context())
 
     async def _refill_quietly(self) -> None:
         # Starting the replacement at once would take CPU from the cold start that just took a spare.

@@ -6,17 +6,16 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from cirrus.api.context import platform_of
 from cirrus.api.errors import error_body
-from cirrus.api.inference import complete, inference_request, stream_response
+from cirrus.api.inference import complete, inference_request, resolve_model, stream_response
 from cirrus.api.openai.schemas import ChatCompletionRequest, finish_reason, now, response_id
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
 from cirrus.errors import CirrusError
+from cirrus.gateway.answer import Answer
 from cirrus.runtime.events import TextDelta
 from cirrus.runtime.params import GenerationInput
-from cirrus.service import Generation
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -31,7 +30,7 @@ def _chunk(chat_id: str, model: str, delta: dict[str, Any], reason: str | None) 
     }
 
 
-async def _stream(generation: Generation, model: str, usage: bool) -> AsyncIterator[bytes]:
+async def _stream(generation: Answer, model: str, usage: bool) -> AsyncIterator[bytes]:
     chat_id = response_id("chatcmpl")
     yield sse_data(_chunk(chat_id, model, {"role": "assistant", "content": ""}, None))
     try:
@@ -57,7 +56,7 @@ async def _stream(generation: Generation, model: str, usage: bool) -> AsyncItera
 
 
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
-    spec = platform_of(request).catalog.get(body.model)
+    spec = resolve_model(request, body.model, body.stream)
     inputs = GenerationInput(messages=body.chat_messages(), sampling=body.sampling(spec.max_tokens_default))
     inference = inference_request(request, spec.id, inputs, body.keep_alive_s())
     if body.stream:

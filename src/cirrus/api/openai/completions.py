@@ -6,17 +6,16 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from cirrus.api.context import platform_of
 from cirrus.api.errors import error_body
-from cirrus.api.inference import complete, inference_request, stream_response
+from cirrus.api.inference import complete, inference_request, resolve_model, stream_response
 from cirrus.api.openai.schemas import CompletionRequest, finish_reason, now, response_id
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
 from cirrus.errors import CirrusError
+from cirrus.gateway.answer import Answer
 from cirrus.runtime.events import TextDelta
 from cirrus.runtime.params import GenerationInput
-from cirrus.service import Generation
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -35,7 +34,7 @@ def _body(completion_id: str, model: str, choices: list[dict[str, Any]]) -> dict
     }
 
 
-async def _stream(generation: Generation, model: str, usage: bool) -> AsyncIterator[bytes]:
+async def _stream(generation: Answer, model: str, usage: bool) -> AsyncIterator[bytes]:
     completion_id = response_id("cmpl")
     try:
         async for event in generation:
@@ -51,7 +50,7 @@ async def _stream(generation: Generation, model: str, usage: bool) -> AsyncItera
 
 
 async def completions(body: CompletionRequest, request: Request) -> Any:
-    spec = platform_of(request).catalog.get(body.model)
+    spec = resolve_model(request, body.model, body.stream)
     inputs = GenerationInput(prompt=body.prompt, raw=True, sampling=body.sampling(spec.max_tokens_default))
     inference = inference_request(request, spec.id, inputs, body.keep_alive_s())
     if body.stream:

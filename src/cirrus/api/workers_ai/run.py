@@ -5,19 +5,18 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from cirrus.api.context import platform_of
-from cirrus.api.inference import complete, inference_request, stream_response
+from cirrus.api.inference import complete, inference_request, resolve_model, stream_response
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
 from cirrus.api.workers_ai.schemas import TextGenerationInput, envelope
 from cirrus.errors import CirrusError
+from cirrus.gateway.answer import Answer
 from cirrus.runtime.events import TextDelta
-from cirrus.service import Generation
 
 router = APIRouter(tags=["Workers AI"])
 
 
-async def _events(generation: Generation) -> AsyncIterator[bytes]:
+async def _events(generation: Answer) -> AsyncIterator[bytes]:
     try:
         async for event in generation:
             if isinstance(event, TextDelta):
@@ -30,7 +29,7 @@ async def _events(generation: Generation) -> AsyncIterator[bytes]:
 
 
 async def run_model(model: str, body: TextGenerationInput, request: Request) -> Any:
-    spec = platform_of(request).catalog.get(model)
+    spec = resolve_model(request, model, body.stream)
     inputs = body.generation_input(spec.max_tokens_default)
     inference = inference_request(request, spec.id, inputs, body.keep_alive_s())
     if body.stream:

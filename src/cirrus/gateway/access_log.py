@@ -1,0 +1,66 @@
+"""One log line and one set of metrics per request, written when the response has ended (streams included),
+and the headers the pipeline decided on (cache status, fallback step, rate limits) added to the response."""
+
+import logging
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cirrus.gateway.call import Call
+from cirrus.observability.logs import log_request
+from cirrus.observability.metrics import Metrics
+
+log = logging.getLogger("cirrus.requests")
+
+
+class AccessLogMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+        extra_headers: dict[str, str] = {}
+        state["response_headers"] = extra_headers
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = _merged(message.get("headers", []), extra_headers)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            self._finish(scope, state, status, time.perf_counter() - started)
+
+    def _finish(self, scope: Scope, state: dict[str, Any], status: int, duration_s: float) -> None:
+        call = state.get("call")
+        if isinstance(call, Call) and call.record is not None:
+            self.metrics.observe_request(call.record, call.ttft_s)
+            log_request(call.record, prompt=call.logged_prompt(), answer=call.logged_answer())
+            return
+        log.info(
+            "request",
+            extra={
+                "method": scope["method"],
+                "path": scope["path"],
+                "status": status,
+                "duration_s": duration_s,
+            },
+        )
+
+
+def _merged(headers: list[tuple[bytes, bytes]], extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    present = {name.lower() for name, _ in headers}
+    added = [
+        (k.encode("latin-1"), v.encode("latin-1")) for k, v in extra.items() if k.encode() not in present
+    ]
+    return [*headers, *added]

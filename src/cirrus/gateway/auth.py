@@ -1,0 +1,85 @@
+"""Authenticate every request: a bearer token becomes the principal the request acts as.
+
+With no usable token in the store the node runs open (local development): every request acts as the open
+principal. Otherwise a request without a valid token is refused with 401 before anything else happens, and
+the answer is the same whether the token is unknown, revoked or expired. A token acts only for its own account
+(`/client/v4/accounts/{id}/...`) and only an admin token reaches the operator routes.
+"""
+
+import re
+from typing import Protocol
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from cirrus.api.errors import error_response
+from cirrus.api.protocol import protocol_for
+from cirrus.auth import OPEN_PRINCIPAL, Permission, Principal
+from cirrus.errors import CirrusError, Forbidden, Unauthorized
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+ADMIN_PREFIX = "/admin/"
+METRICS_PATH = "/metrics"
+_ACCOUNT_PATH = re.compile(r"^/client/v4/accounts/([^/]+)/")
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, secret: str) -> Principal | None: ...
+
+    async def has_tokens(self) -> bool: ...
+
+
+class AuthSource(Protocol):
+    """Where the middleware finds the authenticator once the gateway has opened its store."""
+
+    def authenticator(self) -> Authenticator | None: ...
+
+
+class AuthMiddleware:
+    def __init__(self, app: ASGIApp, source: AuthSource, metrics_need_token: bool) -> None:
+        self.app = app
+        self.source = source
+        self.metrics_need_token = metrics_need_token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self._is_public(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = await self._principal(scope)
+            _check_route(scope["path"], principal)
+        except CirrusError as error:
+            await error_response(error, protocol_for(scope["path"]))(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)
+
+    def _is_public(self, path: str) -> bool:
+        return path in PUBLIC_PATHS or (path == METRICS_PATH and not self.metrics_need_token)
+
+    async def _principal(self, scope: Scope) -> Principal:
+        authenticator = self.source.authenticator()
+        if authenticator is None or not await authenticator.has_tokens():
+            return OPEN_PRINCIPAL
+        secret = _bearer(scope)
+        principal = None if secret is None else await authenticator.authenticate(secret)
+        if principal is None:
+            raise Unauthorized("Authentication error", headers={"WWW-Authenticate": "Bearer"})
+        return principal
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() or None if scheme.lower() == "bearer" else None
+    return None
+
+
+def _check_route(path: str, principal: Principal) -> None:
+    """Same answer whether the account or route target exists, so a refusal reveals nothing."""
+    account = _ACCOUNT_PATH.match(path)
+    open_node = principal.token_id is None
+    if account and not open_node and account.group(1) != principal.account_id:
+        raise Forbidden("Authentication error: this token cannot act for that account")
+    if (path.startswith(ADMIN_PREFIX) or path == METRICS_PATH) and not principal.can(Permission.ADMIN):
+        raise Forbidden("Authentication error: this route needs a token with the admin permission")

@@ -1,0 +1,125 @@
+"""The Database interface behaves alike on SQLite and PostgreSQL."""
+
+import asyncio
+
+import psycopg
+import pytest
+
+from cirrus.db.database import Database, open_database
+from cirrus.db.postgres import PostgresDatabase, to_pyformat
+from tests.services.postgres import create_database, drop_database
+
+ITEMS = (
+    "CREATE TABLE IF NOT EXISTS items ("
+    " id TEXT PRIMARY KEY, count BIGINT NOT NULL, price DOUBLE PRECISION, note TEXT)"
+)
+
+
+async def _items(db: Database) -> list[tuple[object, ...]]:
+    return await db.fetch_all("SELECT id, count, price, note FROM items ORDER BY id")
+
+
+async def test_migrate_is_idempotent(database: Database) -> None:
+    await database.migrate([ITEMS])
+    await database.migrate([ITEMS, "CREATE INDEX IF NOT EXISTS items_count ON items (count)"])
+    assert await _items(database) == []
+
+
+async def test_insert_and_fetch(database: Database) -> None:
+    await database.migrate([ITEMS])
+    await database.execute(
+        "INSERT INTO items (id, count, price, note) VALUES (?, ?, ?, ?)", ("a", 1, 2.5, "x")
+    )
+    await database.execute("INSERT INTO items (id, count) VALUES (?, ?)", ("b", 2))
+    assert await database.fetch_one("SELECT count, note FROM items WHERE id = ?", ("a",)) == (1, "x")
+    assert await database.fetch_one("SELECT count FROM items WHERE id = ?", ("nobody",)) is None
+    assert await _items(database) == [("a", 1, 2.5, "x"), ("b", 2, None, None)]
+
+
+async def test_execute_returns_rowcount(database: Database) -> None:
+    await database.migrate([ITEMS])
+    await database.execute_many("INSERT INTO items (id, count) VALUES (?, ?)", [("a", 1), ("b", 1), ("c", 2)])
+    assert await database.execute("UPDATE items SET count = count + 1 WHERE count = ?", (1,)) == 2
+    assert await database.execute("DELETE FROM items WHERE id = ?", ("zzz",)) == 0
+    assert await database.execute("DELETE FROM items") == 3
+
+
+async def test_upsert(database: Database) -> None:
+    await database.migrate([ITEMS])
+    upsert = (
+        "INSERT INTO items (id, count, note) VALUES (?, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET count = items.count + excluded.count, note = excluded.note"
+    )
+    await database.execute(upsert, ("a", 1, "first"))
+    await database.execute(upsert, ("a", 5, "second"))
+    await database.execute(upsert, ("b", 7, None))
+    assert await database.fetch_all("SELECT id, count, note FROM items ORDER BY id") == [
+        ("a", 6, "second"),
+        ("b", 7, None),
+    ]
+
+
+async def test_execute_many_is_one_transaction(database: Database) -> None:
+    await database.migrate([ITEMS])
+    await database.execute_many("INSERT INTO items (id, count) VALUES (?, ?)", [])
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
+        await database.execute_many("INSERT INTO items (id, count) VALUES (?, ?)", [("a", 1), ("a", 2)])
+    assert await _items(database) == []
+    await database.execute("INSERT INTO items (id, count) VALUES (?, ?)", ("b", 1))  # still usable
+    assert len(await _items(database)) == 1
+
+
+async def test_types_round_trip(database: Database) -> None:
+    await database.migrate([ITEMS])
+    rows = [
+        ("big", 2**53 + 1, 0.1, "naïve ✓ 'quoted' 100% sure?"),
+        ("negative", -(2**62), -1e300, ""),
+        ("nulls", 0, None, None),
+    ]
+    await database.execute_many("INSERT INTO items (id, count, price, note) VALUES (?, ?, ?, ?)", rows)
+    fetched = await _items(database)
+    assert fetched == sorted(rows)
+    assert [type(value) for value in fetched[0]] == [str, int, float, str]
+
+
+async def test_literals_keep_question_marks_and_percents(database: Database) -> None:
+    await database.migrate([ITEMS])
+    await database.execute("INSERT INTO items (id, count, note) VALUES (?, ?, '50% off?')", ("a", 1))
+    row = await database.fetch_one("SELECT note FROM items WHERE note LIKE '%off?' AND id = ?", ("a",))
+    assert row == ("50% off?",)
+
+
+async def test_concurrent_statements_share_the_connection(database: Database) -> None:
+    await database.migrate([ITEMS])
+    insert = "INSERT INTO items (id, count) VALUES (?, ?)"
+    await asyncio.gather(*(database.execute(insert, (f"i{n:02}", n)) for n in range(20)))
+    counts = await asyncio.gather(
+        *(database.fetch_one("SELECT count FROM items WHERE id = ?", (f"i{n:02}",)) for n in range(20))
+    )
+    assert counts == [(n,) for n in range(20)]
+
+
+def test_placeholders_are_rewritten_outside_literals() -> None:
+    assert to_pyformat("SELECT ? WHERE a = ?") == "SELECT %s WHERE a = %s"
+    assert to_pyformat("SELECT '?', \"odd?\" , ?") == "SELECT '?', \"odd?\" , %s"
+    assert to_pyformat("SELECT 'it''s ?', ? LIKE 'a%'") == "SELECT 'it''s ?', %s LIKE 'a%%'"
+
+
+async def test_reconnects_after_the_server_closed_the_connection(postgres_dsn: str) -> None:
+    url = create_database(postgres_dsn)
+    db = await open_database(url)
+    try:
+        assert isinstance(db, PostgresDatabase)
+        row = await db.fetch_one("SELECT pg_backend_pid()")
+        assert row is not None
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+        assert await db.fetch_one("SELECT ?", (41,)) == (41,)
+        assert await db.fetch_one("SELECT pg_backend_pid()") != row
+    finally:
+        await db.close()
+        drop_database(url)
+
+
+async def test_open_database_picks_the_engine(database: Database, database_url: str) -> None:
+    assert database.dialect == ("postgresql" if database_url.startswith("postgresql://") else "sqlite")
