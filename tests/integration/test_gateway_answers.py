@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from cirrus.guardrails import OutputFilter
@@ -150,3 +151,29 @@ def test_prompts_are_logged_only_when_collection_is_asked_for(gateway_sqlite: Ga
     run(gateway_sqlite, prompt, headers=headers)
     (line,) = _request_lines(gateway_sqlite, request_id)
     assert line["prompt"] == prompt["prompt"] and isinstance(line["answer"], str)
+
+
+def _openai_stream(client: openai.OpenAI, messages: list[Any]) -> tuple[dict[str, str], str]:
+    raw = client.chat.completions.with_raw_response.create(
+        model=SMOLLM, messages=messages, max_tokens=8, temperature=0, stream=True, extra_headers=CACHED
+    )
+    chunks: Any = raw.parse()
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    return dict(raw.headers), text
+
+
+def test_the_openai_route_streams_through_the_same_gateway(gateway_sqlite: Gateway) -> None:
+    client = openai.OpenAI(
+        base_url=f"{gateway_sqlite.server.url}/v1", api_key=gateway_sqlite.ids.run, max_retries=0
+    )
+    messages: list[Any] = [{"role": "user", "content": f"Name an animal ({uuid.uuid4().hex[:6]})"}]
+    first_headers, first = _openai_stream(client, messages)
+    second_headers, second = _openai_stream(client, messages)
+    assert (first_headers["cf-aig-cache-status"], second_headers["cf-aig-cache-status"]) == ("MISS", "HIT")
+    assert first and second == first
+    assert int(first_headers["x-ratelimit-remaining-requests"]) > 0
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=GUARDED, messages=[{"role": "user", "content": "the forbidden fruit"}], max_tokens=2
+        )
+    assert refused.value.code == "content_filter"

@@ -1,6 +1,7 @@
 """Who may call what, through the real server on both database engines: every refusal is a clear 401 or 403
 in the caller's protocol, and none tells whether a model or an account exists."""
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -9,6 +10,7 @@ import pytest
 
 from tests.integration.conftest import Gateway
 from tests.integration.gateway import SMOLLM, UNKNOWN, bearer
+from tests.integration.server import running_server
 
 pytestmark = pytest.mark.integration
 
@@ -120,3 +122,15 @@ def test_usage_is_read_only_for_the_caller_s_own_account(gateway: Gateway) -> No
     assert httpx.get(url, headers=bearer(ids.run), timeout=10).status_code == 403
     own = httpx.get(url, headers=bearer(ids.other), timeout=10)
     assert own.status_code == 200 and own.json()["result"]["account_id"] == ids.account_b
+
+
+def test_metrics_can_require_an_admin_token(gateway_sqlite: Gateway, tmp_path: Path) -> None:
+    database = gateway_sqlite.database_url
+    with running_server(
+        tmp_path, database=database, metrics_token_required="true", auth_cache_ttl_s="0"
+    ) as server:
+        url = f"{server.url}/metrics"
+        assert httpx.get(url, timeout=10).status_code == 401
+        assert httpx.get(url, headers=bearer(gateway_sqlite.ids.run), timeout=10).status_code == 403
+        allowed = httpx.get(url, headers=bearer(gateway_sqlite.ids.admin), timeout=10)
+        assert allowed.status_code == 200 and "cirrus_memory_budget_bytes" in allowed.text

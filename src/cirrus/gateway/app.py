@@ -42,7 +42,9 @@ def build_middleware_stack(app: ASGIApp, platform: Platform) -> ASGIApp:
     return RequestIdMiddleware(app)
 
 
-def create_app(platform: Platform) -> ASGIApp:
+def build_api(platform: Platform) -> FastAPI:
+    """The routes and error handlers, without the middleware; the lifespan starts and closes the platform."""
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await platform.start()
@@ -61,4 +63,8 @@ def create_app(platform: Platform) -> ASGIApp:
     for router in ROUTERS:
         api.include_router(router)
     install_handlers(api)
-    return build_middleware_stack(api, platform)
+    return api
+
+
+def create_app(platform: Platform) -> ASGIApp:
+    return build_middleware_stack(build_api(platform), platform)
