@@ -8,7 +8,7 @@ rate-limit codes.
 """
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class CirrusError(Exception):
@@ -109,6 +109,10 @@ class RateLimited(CirrusError):
     code = 971
     openai_type = "rate_limit_error"
     openai_code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, limit: str = "requests", **details: Any) -> None:
+        super().__init__(message, **details)
+        self.limit = limit  # which limit was reached: "requests" or "tokens" (per minute)
 
 
 class DailyAllocationExhausted(CirrusError):

@@ -55,6 +55,23 @@ def test_an_unknown_model_is_5007(tmp_path: Path) -> None:
             "[[models]]\nid = '@cf/a/b'\nartifact = { path = '/x' }\n[[models]]\nid = '@cf/a/b'\nartifact = { path = '/y' }\n",
             "twice",
         ),
+        (
+            "[[models]]\nid = '@cf/a/b'\nartifact = { path = '/x' }\nfallbacks = ['@cf/a/c']\n",
+            "falls back to @cf/a/c",
+        ),
+        ("[[models]]\nid = '@cf/a/b'\nartifact = { path = '/x' }\nfallbacks = ['@cf/a/b']\n", "itself"),
+        (
+            "[[models]]\nid = '@cf/a/b'\nartifact = { path = '/x' }\ndeny_patterns = ['(unclosed']\n",
+            "unclosed",
+        ),
+        (
+            "[[models]]\nid = '@cf/a/b'\nartifact = { path = '/x' }\noutput_deny_patterns = ['x*']\n",
+            "empty string",
+        ),
+        (
+            "[[models]]\nid = '@cf/a/b'\nartifact = { path = '/x' }\noutput_filters = ['ssn']\n",
+            "output_filters",
+        ),
     ],
 )
 def test_a_broken_catalog_is_refused_with_the_reason(tmp_path: Path, text: str, complaint: str) -> None:

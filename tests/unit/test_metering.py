@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cirrus.api import account_usage
 from cirrus.auth import Permission, Principal
+from cirrus.auth.store import IdentityStore, Plan
 from cirrus.catalog import ArtifactRef, ModelSpec
 from cirrus.catalog.spec import Pricing
 from cirrus.config import Settings
@@ -472,7 +473,15 @@ class FakeAuth:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def usage_server(store: UsageStore) -> AsyncIterator[tuple[str, str]]:
+async def identity(metering_db: Database) -> IdentityStore:
+    """The accounts, on the usage's own database, as the gateway keeps them."""
+    identities = IdentityStore(metering_db)
+    await identities.migrate()
+    return identities
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def usage_server(store: UsageStore, identity: IdentityStore) -> AsyncIterator[tuple[str, str]]:
     """A real server on 127.0.0.1, in the test's own event loop (where the database was opened)."""
     account = unique("acct")
     reader = Principal(account_id=account, token_id="t-read", token_name="reader")
@@ -480,7 +489,11 @@ async def usage_server(store: UsageStore) -> AsyncIterator[tuple[str, str]]:
     app = FastAPI()
     app.include_router(account_usage.router)
     install_handlers(app)
-    app.state.platform = SimpleNamespace(usage_store=store, settings=Settings(daily_free_neurons=100))
+    app.state.platform = SimpleNamespace(
+        usage_store=store,
+        settings=Settings(daily_free_neurons=100),
+        gateway=SimpleNamespace(identity=identity),
+    )
     auth = FakeAuth(app, {"reader": reader, "runner": runner})
     server = uvicorn.Server(uvicorn.Config(auth, host="127.0.0.1", port=0, log_level="warning"))
     serving = asyncio.create_task(server.serve())
@@ -531,6 +544,32 @@ async def test_the_usage_route_answers_in_the_workers_ai_envelope(
     assert bad.json()["errors"][0]["code"] == 5006
     assert "'since'" in bad.json()["errors"][0]["message"]
     assert (other.status_code, runner.status_code) == (403, 403)
+
+
+async def test_the_usage_route_uses_the_accounts_own_allocation(
+    store: UsageStore, identity: IdentityStore, usage_server: tuple[str, str]
+) -> None:
+    url, account = usage_server
+    await identity.create_account("Acme", Plan.PAID, account)
+    await store.write([usage(account, "t-read", neurons=150)])
+
+    async def day() -> tuple[float, float]:
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer reader"}) as client:
+            (only,) = (await client.get("/usage")).json()["result"]["days"]
+        return only["free_neurons"], only["billable_neurons"]
+
+    assert await day() == (100, 50)  # the gateway's default
+    await identity.set_daily_free_neurons(account, 120)
+    assert await day() == (120, 30)
+    await identity.set_daily_free_neurons(account, 0)
+    assert await day() == (0, 150)
+    await identity.set_plan(account, Plan.FREE)
+    await identity.set_daily_free_neurons(account, 500)
+    assert await day() == (500, 0)
+    await identity.set_daily_free_neurons(account, 140)  # the request that crossed the line
+    assert await day() == (140, 10)
+    await identity.set_daily_free_neurons(account, None)
+    assert await day() == (100, 50)
 
 
 def run_cli(argv: list[str]) -> int:

@@ -2,6 +2,9 @@
 
 import pytest
 
+from cirrus.auth.store import IdentityStore
+from cirrus.db import Database
+from cirrus.gateway.components import NodeAuthenticator
 from cirrus.gateway.open_mode import is_loopback, open_mode_refusal
 
 
@@ -27,3 +30,19 @@ def test_an_open_node_on_any_other_address_is_refused_with_what_to_do() -> None:
 def test_tokens_or_an_explicit_allowance_let_it_start_anywhere() -> None:
     assert open_mode_refusal("0.0.0.0", has_tokens=True, allow_open=False) is None
     assert open_mode_refusal("0.0.0.0", has_tokens=False, allow_open=True) is None
+
+
+async def test_a_node_runs_open_only_where_allowed_and_only_without_tokens(database: Database) -> None:
+    identity = IdentityStore(database)
+    await identity.migrate()
+    loopback = NodeAuthenticator(identity, ttl_s=0, open_allowed=True)
+    public = NodeAuthenticator(identity, ttl_s=0, open_allowed=False)
+    assert not await loopback.requires_token()
+    assert await public.requires_token()  # never open on a network address, even with no token at all
+    account = await identity.create_account("acme")
+    secret, token = await identity.create_token(account.id, "ci")
+    assert await loopback.requires_token()
+    principal = await loopback.authenticate(secret)
+    assert principal is not None and principal.token_id == token.id
+    await identity.revoke_token(token.id)
+    assert not await loopback.requires_token() and await public.requires_token()

@@ -290,6 +290,64 @@ def test_cli_reports_a_missing_account(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 1 and "no account" in err
 
 
+def test_cli_sets_an_accounts_plan_allocation_and_deny_patterns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "cirrus.db"
+    assert _cli(db, capsys, "accounts", "create", "Acme", "--id", "acme")[0] == 0
+    argv = ["accounts", "set", "acme", "--plan", "paid", "--daily-free-neurons", "500"]
+    code, out, _ = _cli(db, capsys, *argv, "--deny-pattern", r"forbidden\s+fruit", "--json")
+    assert code == 0
+    assert json.loads(out) | {"created_at": 0} == {
+        "id": "acme",
+        "name": "Acme",
+        "plan": "paid",
+        "daily_free_neurons": 500.0,
+        "deny_patterns": [r"forbidden\s+fruit"],
+        "created_at": 0,
+    }
+    argv = ["accounts", "set", "acme", "--deny-pattern", "secret", "--deny-pattern", r"forbidden\s+fruit"]
+    code, out, _ = _cli(db, capsys, *argv)
+    assert code == 0 and "daily free neurons: 500" in out
+    assert re.findall(r"deny pattern: +(\S+)", out) == [r"forbidden\s+fruit", "secret"]  # added, once each
+    argv = ["accounts", "set", "acme", "--clear-deny-patterns", "--default-daily-free-neurons", "--json"]
+    code, out, _ = _cli(db, capsys, *argv, "--plan", "free")
+    settings = json.loads(out)
+    assert code == 0 and (settings["plan"], settings["daily_free_neurons"], settings["deny_patterns"]) == (
+        "free",
+        None,
+        [],
+    )
+    code, out, _ = _cli(
+        db, capsys, "accounts", "set", "acme", "--clear-deny-patterns", "--deny-pattern", "x+"
+    )
+    assert code == 0 and "deny pattern:       x+" in out and "daily free neurons: default" in out
+
+
+def test_cli_refuses_bad_account_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "cirrus.db"
+    assert _cli(db, capsys, "accounts", "create", "Acme", "--id", "acme")[0] == 0
+    argv = ["accounts", "set", "acme", "--plan", "paid", "--deny-pattern", "fine"]
+    code, out, err = _cli(db, capsys, *argv, "--deny-pattern", "(unclosed")
+    assert (code, out) == (1, "") and "invalid deny pattern '(unclosed'" in err
+    code, _, err = _cli(db, capsys, "accounts", "set", "acme", "--deny-pattern", "a*")
+    assert code == 1 and "'a*'" in err and "empty string" in err
+    code, _, err = _cli(db, capsys, "accounts", "set", "acme")
+    assert code == 1 and "nothing to set" in err
+    code, _, err = _cli(db, capsys, "accounts", "set", "nobody", "--plan", "paid")
+    assert code == 1 and "no account with id 'nobody'" in err
+    code, out, _ = _cli(db, capsys, "accounts", "list", "--json")
+    (unchanged,) = json.loads(out)
+    assert (unchanged["plan"], unchanged["deny_patterns"]) == ("free", [])  # nothing was half applied
+    for bad in (["--daily-free-neurons", "-1"], ["--daily-free-neurons", "nan"], ["--plan", "gold"]):
+        with pytest.raises(SystemExit):
+            _cli(db, capsys, "accounts", "set", "acme", *bad)
+    with pytest.raises(SystemExit):
+        _cli(
+            db, capsys, "accounts", "set", "acme", "--daily-free-neurons", "5", "--default-daily-free-neurons"
+        )
+
+
 def test_durations() -> None:
     assert [parse_duration(d) for d in ("30d", "12h", "15m", "3600s", "90")] == [
         2592000,

@@ -64,7 +64,7 @@ async def _usage(request: Request, account_id: str, query: UsageQuery) -> dict[s
         account_id, token_id=query.token_id, model=query.model, since_day=query.since, until_day=query.until
     )
     days = await store.days(account_id, since_day=query.since, until_day=query.until)
-    free = platform.settings.daily_free_neurons
+    free = await _free_neurons(request, account_id)
     return envelope(
         {
             "account_id": account_id,
@@ -77,8 +77,20 @@ async def _usage(request: Request, account_id: str, query: UsageQuery) -> dict[s
     )
 
 
+async def _free_neurons(request: Request, account_id: str) -> float:
+    """The account's own daily allocation, or the gateway's default (also for an account not in the database)."""
+    platform = platform_of(request)
+    account = await platform.gateway.identity.get_account(account_id)
+    default = platform.settings.daily_free_neurons
+    return default if account is None else account.free_neurons(default)
+
+
 def _day(day: UsageDay, free_neurons: float) -> dict[str, Any]:
-    """The allocation covers the account's whole day, whatever the filters on the rows."""
+    """The account's allocation covers its whole day, whatever the filters on the rows.
+
+    Billable are the neurons beyond it, on either plan: a free account is refused once it has used its
+    allocation, so only the request that crossed the line can leave it anything billable.
+    """
     return {
         **day.as_dict(),
         "free_neurons": free_neurons,

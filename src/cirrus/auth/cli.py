@@ -4,15 +4,25 @@ import argparse
 import asyncio
 import datetime
 import json
+import math
 import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
 from cirrus.auth.principal import Permission
-from cirrus.auth.store import DEFAULT_PERMISSIONS, Account, IdentityError, IdentityStore, Plan, TokenInfo
+from cirrus.auth.store import (
+    DEFAULT_PERMISSIONS,
+    Account,
+    IdentityError,
+    IdentityStore,
+    Plan,
+    TokenInfo,
+    UnknownAccount,
+)
 from cirrus.config import Settings
 from cirrus.db.database import open_database
+from cirrus.guardrails.patterns import compile_deny_patterns
 
 T = TypeVar("T")
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -35,6 +45,17 @@ def parse_permissions(text: str) -> tuple[Permission, ...]:
     except ValueError:
         choices = ",".join(Permission)
         raise argparse.ArgumentTypeError(f"permissions are a comma-separated list of {choices}") from None
+
+
+def parse_neurons(text: str) -> float:
+    """A daily allocation of neurons: a finite number, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a number of neurons: {text!r} (a number, 0 or more)")
+    return value
 
 
 async def _with_store(args: argparse.Namespace, work: Callable[[IdentityStore], Awaitable[T]]) -> T:
@@ -63,6 +84,17 @@ def _when(timestamp: float | None) -> str:
 
 def _print_account(account: Account) -> None:
     print(f"{account.id}  {account.plan:4}  {_when(account.created_at)}  {account.name}")
+
+
+def _print_settings(account: Account) -> None:
+    neurons = "default" if account.daily_free_neurons is None else f"{account.daily_free_neurons:g}"
+    print(f"account {account.id} ({account.name})")
+    print(f"  plan:               {account.plan}")
+    print(f"  daily free neurons: {neurons}")
+    if not account.deny_patterns:
+        print("  deny patterns:      none")
+    for pattern in account.deny_patterns:
+        print(f"  deny pattern:       {pattern}")
 
 
 def _token_state(token: TokenInfo) -> str:
@@ -100,6 +132,59 @@ def cmd_accounts_list(args: argparse.Namespace) -> int:
     print(f"{'ID':32}  PLAN  CREATED (UTC)     NAME")
     for account in accounts:
         _print_account(account)
+    return 0
+
+
+_NOTHING_TO_SET = (
+    "nothing to set: give --plan, --daily-free-neurons, --default-daily-free-neurons, "
+    "--deny-pattern or --clear-deny-patterns"
+)
+
+
+def _settings_error(args: argparse.Namespace) -> str | None:
+    """Why these settings may not be applied, checked before the database is opened; None when they may."""
+    neurons = args.daily_free_neurons is not None or args.default_daily_free_neurons
+    deny = bool(args.deny_patterns) or args.clear_deny_patterns
+    if args.plan is None and not neurons and not deny:
+        return _NOTHING_TO_SET
+    try:
+        compile_deny_patterns(args.deny_patterns)  # as the input guard will: case-insensitive
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+async def _apply_settings(store: IdentityStore, args: argparse.Namespace) -> Account:
+    account = await store.get_account(args.account_id)
+    if account is None:
+        raise UnknownAccount(args.account_id)
+    if args.plan is not None:
+        await store.set_plan(account.id, args.plan)
+    if args.daily_free_neurons is not None or args.default_daily_free_neurons:
+        await store.set_daily_free_neurons(account.id, args.daily_free_neurons)
+    if args.deny_patterns or args.clear_deny_patterns:
+        kept = () if args.clear_deny_patterns else account.deny_patterns
+        await store.set_deny_patterns(account.id, dict.fromkeys([*kept, *args.deny_patterns]))
+    updated = await store.get_account(account.id)
+    if updated is None:
+        raise UnknownAccount(account.id)
+    return updated
+
+
+def cmd_accounts_set(args: argparse.Namespace) -> int:
+    error = _settings_error(args)
+    if error is not None:
+        print(f"cirrus: {error}", file=sys.stderr)
+        return 1
+    try:
+        account = _run(args, lambda store: _apply_settings(store, args))
+    except IdentityError as exc:
+        print(f"cirrus: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        _print_json(account.to_json())
+    else:
+        _print_settings(account)
     return 0
 
 
@@ -172,6 +257,44 @@ def _register_accounts(commands: Subparsers, common: argparse.ArgumentParser) ->
     create.set_defaults(handler=cmd_accounts_create)
     listing = actions.add_parser("list", parents=[common], help="list accounts")
     listing.set_defaults(handler=cmd_accounts_list)
+    _register_accounts_set(actions, common)
+
+
+def _register_accounts_set(actions: Subparsers, common: argparse.ArgumentParser) -> None:
+    update = actions.add_parser(
+        "set", parents=[common], help="change an account's plan, allocation or deny patterns"
+    )
+    update.add_argument("account_id", metavar="ACCOUNT_ID")
+    update.add_argument("--plan", choices=[str(p) for p in Plan], help="free accounts stop at the allocation")
+    neurons = update.add_mutually_exclusive_group()
+    neurons.add_argument(
+        "--daily-free-neurons",
+        dest="daily_free_neurons",
+        type=parse_neurons,
+        metavar="N",
+        help="the account's own daily free allocation",
+    )
+    neurons.add_argument(
+        "--default-daily-free-neurons",
+        dest="default_daily_free_neurons",
+        action="store_true",
+        help="back to the gateway's default allocation",
+    )
+    update.add_argument(
+        "--deny-pattern",
+        dest="deny_patterns",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="add a regular expression (case-insensitive) refused in the account's input; repeatable",
+    )
+    update.add_argument(
+        "--clear-deny-patterns",
+        dest="clear_deny_patterns",
+        action="store_true",
+        help="drop the account's deny patterns first",
+    )
+    update.set_defaults(handler=cmd_accounts_set)
 
 
 def _register_tokens(commands: Subparsers, common: argparse.ArgumentParser) -> None:

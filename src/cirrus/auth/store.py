@@ -218,7 +218,11 @@ class IdentityStore:
         await self._update_account(account_id, "daily_free_neurons", neurons)
 
     async def set_deny_patterns(self, account_id: str, patterns: Iterable[str]) -> None:
-        """Model id globs the account may never run, whatever its tokens allow."""
+        """Regular expressions (case-insensitive) refused in the input of every request of this account.
+
+        They are matched in the prompt and in each message's content, before inference; a match is 400 with
+        code 3054.
+        """
         await self._update_account(account_id, "deny_patterns", json.dumps(list(patterns)))
 
     async def _update_account(self, account_id: str, column: str, value: object) -> None:

@@ -62,4 +62,14 @@ def load_catalog(path: Path | None, cache_dir: Path) -> Catalog:
         raise CatalogError(f"{where} is invalid: {exc}") from exc
     if len({spec.id for spec in specs}) != len(specs):
         raise CatalogError(f"{where} lists a model id twice")
+    _check_fallbacks(specs, where)
     return Catalog(specs, cache_dir)
+
+
+def _check_fallbacks(specs: list[ModelSpec], where: str) -> None:
+    known = {spec.id for spec in specs}
+    for spec in specs:
+        for fallback in spec.fallbacks:
+            if fallback == spec.id or fallback not in known:
+                what = "itself" if fallback == spec.id else f"{fallback}, which it does not list"
+                raise CatalogError(f"{where} is invalid: {spec.id} falls back to {what}")

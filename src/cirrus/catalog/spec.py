@@ -2,7 +2,9 @@
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from cirrus.guardrails.patterns import compile_deny_patterns
 
 Task = Literal["text-generation"]
 OutputFilterName = Literal["email", "phone", "card"]
@@ -89,6 +91,12 @@ class ModelSpec(BaseModel):
     deny_patterns: tuple[str, ...] = Field(default=(), description="regular expressions refused in input")
     output_filters: tuple[OutputFilterName, ...] = ()
     output_deny_patterns: tuple[str, ...] = ()
+
+    @field_validator("deny_patterns", "output_deny_patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        compile_deny_patterns(patterns)  # a bad pattern fails the catalog at load, not a request later
+        return patterns
 
     @property
     def kv_cells(self) -> int:

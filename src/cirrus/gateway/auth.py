@@ -1,7 +1,8 @@
 """Authenticate every request: a bearer token becomes the principal the request acts as.
 
-With no usable token in the store the node runs open (local development): every request acts as the open
-principal. Otherwise a request without a valid token is refused with 401 before anything else happens, and
+With no usable token in the store a node on loopback runs open (local development): every request acts as the
+open principal. A node on any other address never runs open once started, unless told to (`--allow-open`): if
+its last token is revoked it refuses everyone rather than serve everyone. Otherwise a request without a valid token is refused with 401 before anything else happens, and
 the answer is the same whether the token is unknown, revoked or expired. A token acts only for its own account
 (`/client/v4/accounts/{id}/...`) and only an admin token reaches the operator routes.
 """
@@ -25,7 +26,7 @@ _ACCOUNT_PATH = re.compile(r"^/client/v4/accounts/([^/]+)/")
 class Authenticator(Protocol):
     async def authenticate(self, secret: str) -> Principal | None: ...
 
-    async def has_tokens(self) -> bool: ...
+    async def requires_token(self) -> bool: ...
 
 
 class AuthSource(Protocol):
@@ -58,7 +59,7 @@ class AuthMiddleware:
 
     async def _principal(self, scope: Scope) -> Principal:
         authenticator = self.source.authenticator()
-        if authenticator is None or not await authenticator.has_tokens():
+        if authenticator is None or not await authenticator.requires_token():
             return OPEN_PRINCIPAL
         secret = _bearer(scope)
         principal = None if secret is None else await authenticator.authenticate(secret)

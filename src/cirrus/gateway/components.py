@@ -15,6 +15,7 @@ from cirrus.cache import DatabaseResponseStore, RedisResponseStore, ResponseCach
 from cirrus.catalog import Catalog, ModelSpec
 from cirrus.config import Settings
 from cirrus.db import Database, open_database
+from cirrus.gateway.open_mode import is_loopback
 from cirrus.guardrails import InputGuard, OutputFilter
 from cirrus.metering.alerts import BudgetAlerts
 from cirrus.metering.budgets import BudgetGuard
@@ -51,15 +52,19 @@ class TimedLookup:
 class NodeAuthenticator:
     """Tokens checked through a short-lived cache; whether any token exists (open mode) likewise."""
 
-    def __init__(self, identity: IdentityStore, ttl_s: float) -> None:
+    def __init__(self, identity: IdentityStore, ttl_s: float, open_allowed: bool) -> None:
         self._identity = identity
         self._tokens = CachedAuthenticator(identity, ttl_s)
         self._has_tokens = TimedLookup(ttl_s)
+        self._open_allowed = open_allowed
 
     async def authenticate(self, secret: str) -> Principal | None:
         return await self._tokens.authenticate(secret)
 
-    async def has_tokens(self) -> bool:
+    async def requires_token(self) -> bool:
+        """False only on a node allowed to run open (loopback, or --allow-open) that has no usable token."""
+        if not self._open_allowed:
+            return True
         known, value = self._has_tokens.get("any")
         if not known:
             value = await self._identity.has_tokens()
@@ -108,7 +113,9 @@ class GatewayParts:
             metrics=metrics,
             db=db,
             identity=identity,
-            authenticator=NodeAuthenticator(identity, settings.auth_cache_ttl_s),
+            authenticator=NodeAuthenticator(
+                identity, settings.auth_cache_ttl_s, is_loopback(settings.host) or settings.allow_open
+            ),
             limiter=RateLimiter(settings.redis_url or "memory://"),
             usage_store=usage_store,
             meter=meter,

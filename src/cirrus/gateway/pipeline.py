@@ -63,13 +63,13 @@ class Pipeline:
         retry = RetryPolicy.from_headers(call.headers)
         inputs = (await self.parts.input_guard(call.principal, spec)).check(request.inputs)
         call.prompt = inputs.messages if inputs.messages is not None else inputs.prompt
-        await self._admit(call, spec)
         request = dataclasses.replace(request, inputs=inputs)
         key = self.parts.cache.key_for(call.principal.account_id, spec.id, inputs, policy)
+        # Limits, budget and the cache lookup are independent round trips (to Redis, when shared): overlap them.
+        _, cached = await asyncio.gather(self._admit(call, spec), self._cached(key))
         if key is None:
             call.response_headers["cf-aig-cache-status"] = "BYPASS"
             return await self._live(call, spec, request, retry, None)
-        cached = await self.parts.cache.lookup_key(key)
         if cached is None:
             cached = await self.inflight.wait_for(key)
         if cached is not None:
@@ -82,6 +82,9 @@ class Pipeline:
         status = await self.parts.limiter.admit(call.principal, spec)
         call.response_headers.update(status.headers())
         await self.parts.check_budget(call.principal)
+
+    async def _cached(self, key: str | None) -> CachedAnswer | None:
+        return None if key is None else await self.parts.cache.lookup_key(key)
 
     async def _live(
         self,
@@ -188,7 +191,7 @@ class Pipeline:
 
     def _refused(self, call: Call, spec: ModelSpec, error: CirrusError) -> None:
         if isinstance(error, RateLimited):
-            self.parts.metrics.rate_limited(spec.id, error.param or "requests")
+            self.parts.metrics.rate_limited(spec.id, error.limit)
         elif isinstance(error, DailyAllocationExhausted) or error.code == 3053:
             self.parts.metrics.budget_refused(type(error).__name__)
         self._record(call, spec, Usage(0, 0), error.status, error.code, "BYPASS", False, 0.0, (0.0, 0.0))

@@ -143,6 +143,7 @@ def _refusal(kind: str, window: WindowStatus, key: Key, status: RateStatus) -> R
     return RateLimited(
         f"Rate limit reached for model {key[1]}: {window.limit} {kind} per minute. "
         f"Retry in {format_seconds(window.reset_s)}.",
+        limit=kind,
         retry_after_s=window.reset_s,
         headers=status.headers(),
     )
