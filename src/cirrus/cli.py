@@ -47,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from cirrus.gateway.app import create_app
     from cirrus.gateway.open_mode import open_mode_refusal, tokens_configured
-    from cirrus.observability import configure_logging
+    from cirrus.observability.logs import configure_logging
     from cirrus.platform import Platform
 
     settings = _settings(args)

@@ -14,7 +14,8 @@ from cirrus.gateway.auth import Authenticator
 from cirrus.gateway.components import GatewayParts
 from cirrus.gateway.pipeline import Pipeline
 from cirrus.metering.store import UsageStore
-from cirrus.observability import Metrics, PoolSource
+from cirrus.observability.metrics import Metrics
+from cirrus.observability.pool_collector import PoolSource
 from cirrus.pool import Pool
 from cirrus.pool.launcher import ProcessLauncher
 from cirrus.service import InferenceService

@@ -18,14 +18,10 @@ from cirrus.api.metrics import router
 from cirrus.auth import OPEN_PRINCIPAL, Permission, Principal
 from cirrus.errors import Forbidden
 from cirrus.metering.record import UsageRecord
-from cirrus.observability import (
-    Metrics,
-    PoolSource,
-    configure_logging,
-    current_request_id,
-    log_request,
-    redact_secrets,
-)
+from cirrus.observability.logs import configure_logging, current_request_id, log_request
+from cirrus.observability.metrics import Metrics
+from cirrus.observability.pool_collector import PoolSource
+from cirrus.observability.redact import redact_secrets
 from cirrus.pool.instance import InstanceStatus
 
 MODEL = "@cf/test/small"

@@ -83,7 +83,7 @@ class BatchScheduler:
             except InputError as exc:
                 self._fail(request_id, "invalid_input", str(exc), exc.param)
             except Exception as exc:  # reported to this request alone; the others keep running
-                log.exception("could not start request %s", request_id)
+                log.exception("could not start request %s", request_id, extra={"request_id": request_id})
                 self._fail(request_id, "internal", f"{type(exc).__name__}: {exc}", None)
 
     def _start(self, request_id: str, inputs: GenerationInput) -> None:
@@ -186,7 +186,11 @@ class BatchScheduler:
         try:
             self._advance(sequence, self._model.sample(sequence.sampler, index))
         except Exception as exc:  # one sequence's failure ends that sequence only
-            log.exception("request %s failed while generating", sequence.request_id)
+            log.exception(
+                "request %s failed while generating",
+                sequence.request_id,
+                extra={"request_id": sequence.request_id},
+            )
             self._fail(sequence.request_id, "internal", f"{type(exc).__name__}: {exc}", None)
             self._release(sequence)
 

@@ -6,6 +6,7 @@ thread takes frames off the socket, so a cancel arrives while the main thread is
 the batch scheduler one decode step at a time while there is work.
 """
 
+import logging
 import os
 import queue
 import signal
@@ -14,6 +15,7 @@ import sys
 import threading
 from typing import Any
 
+from cirrus.observability.logs import configure_logging
 from cirrus.runtime.channel import BlockingChannel, TransportClosed
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.llama import ContextShape, LlamaModel
@@ -107,6 +109,7 @@ class Worker:
 
 def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server stops us itself
+    configure_logging(logging.INFO)  # JSON lines on stderr, which the server's log receives as they are
     sock = socket.socket(fileno=int(argv[1]))
     prefault_heap(int(argv[2]) if len(argv) > 2 else 0)
     channel = BlockingChannel(sock)
