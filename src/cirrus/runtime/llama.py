@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp
+import numpy as np
 from llama_cpp import _logger
 
 from cirrus.runtime.params import SamplingParams
@@ -124,6 +125,11 @@ class LlamaModel:
         llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
 
     def sample(self, sampler: "Sampler", index: int) -> int:
+        if sampler.plain_greedy:
+            # llama_sampler_sample copies every logit into a candidates array first (3 MB per token for
+            # Gemma's 262,144-token vocabulary); argmax over the logits picks the same token (the first maximum).
+            logits = llama_cpp.llama_get_logits_ith(self._ctx, index)
+            return int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
         return int(llama_cpp.llama_sampler_sample(sampler.handle, self._ctx, index))
 
     def close(self) -> None:
@@ -151,6 +157,8 @@ class Sampler:
     def __init__(self, params: SamplingParams, n_vocab: int) -> None:
         self.handle = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         repeat = params.repetition_penalty if params.repetition_penalty > 0 else 1.0
+        neutral = repeat == 1.0 and params.frequency_penalty == 0 and params.presence_penalty == 0
+        self.plain_greedy = params.temperature <= 0 and neutral
         self._add(
             llama_cpp.llama_sampler_init_penalties(
                 n_vocab, PENALTY_WINDOW, repeat, params.frequency_penalty, params.presence_penalty
