@@ -14,8 +14,12 @@ import httpx
 
 from cirrus.auth.cli import register as register_identity
 from cirrus.catalog import DEFAULT_MODEL, CatalogError, load_catalog
+from cirrus.catalog.registered import registered_models_path
 from cirrus.config import Settings
+from cirrus.evals.cli import register as register_evals
 from cirrus.metering.cli import register as register_usage
+from cirrus.pack.cli import register as register_pack
+from cirrus.store.registry_cli import register as register_registry
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 MIB = 1024 * 1024
@@ -117,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    catalog = load_catalog(settings.catalog, settings.cache_dir)
+    catalog = load_catalog(settings.catalog, settings.cache_dir, registered_models_path(settings.state_dir))
     print(f"{'MODEL':45} {'TASK':16} {'CONTEXT':>8}  STATUS")
     for entry in catalog.entries():
         status = "installed" if entry.installed else f"not installed ({entry.spec.install_hint or 'no hint'})"
@@ -228,7 +232,10 @@ def _parser() -> argparse.ArgumentParser:
         _token_option(sub)
         sub.set_defaults(handler=handler)
     register_identity(commands)
+    register_pack(commands)
     register_usage(commands)
+    register_evals(commands)
+    register_registry(commands)
     return parser
 
 

@@ -3,7 +3,7 @@
 Codes below 10000 follow Workers AI's published table where one exists (5007 no such model, 3006 request too
 large, 3007 timeout, 3008 aborted, 3036 daily allocation, 3040 capacity, 3041 model not allowed). Codes 3050-3059
 are Cirrus's own, for conditions Workers AI never shows its callers (a worker process that crashed, a model
-larger than the memory budget, a guardrail). 10000 and 971 are the Cloudflare API's authentication and
+larger than the memory budget, a guardrail, JSON mode's unmet grammar). 10000 and 971 are the Cloudflare API's authentication and
 rate-limit codes.
 """
 
@@ -138,6 +138,20 @@ class InputRefused(CirrusError):
     openai_code = "content_filter"
 
 
+class JsonModeFailed(CirrusError):
+    """JSON mode's output could not be made valid JSON for the request (its grammar was cut off, usually by
+    max_tokens). The message is Workers AI's own. 422: the request was understood, but the answer it asked for
+    could not be produced within its limits; sending it again unchanged gives the same result when greedy."""
+
+    status = 422
+    code = 3055
+    openai_type = "invalid_request_error"
+    openai_code = "json_mode_failed"
+
+    def __init__(self, message: str = "JSON Mode couldn't be met", **details: Any) -> None:
+        super().__init__(message, param=details.pop("param", "response_format"), **details)
+
+
 class WorkerCrashed(CirrusError):
     status = 502
     code = 3050
@@ -176,3 +190,9 @@ class MethodNotAllowed(CirrusError):
 class InternalError(CirrusError):
     status = 500
     code = 3000
+
+
+class ModelPullFailed(WorkerStartFailed):
+    """A model pulled on first use could not be fetched from its registry (down, missing, corrupted)."""
+
+    openai_code = "model_pull_failed"

@@ -9,6 +9,7 @@ import contextlib
 import logging
 
 from cirrus.catalog import Catalog, load_catalog
+from cirrus.catalog.registered import registered_models_path
 from cirrus.config import Settings
 from cirrus.gateway.auth import Authenticator
 from cirrus.gateway.components import GatewayParts
@@ -26,7 +27,9 @@ log = logging.getLogger(__name__)
 class Platform:
     def __init__(self, settings: Settings, catalog: Catalog | None = None, *, gateway: bool = True) -> None:
         self.settings = settings
-        self.catalog = catalog or load_catalog(settings.catalog, settings.cache_dir)
+        self.catalog = catalog or load_catalog(
+            settings.catalog, settings.cache_dir, registered_models_path(settings.state_dir)
+        )
         self.launcher = ProcessLauncher(self.catalog, settings)
         budget = settings.budget_bytes() - self.launcher.spares.reserved_bytes
         self.pool = Pool(

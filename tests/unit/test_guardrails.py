@@ -334,3 +334,15 @@ def test_prose_is_held_back_only_from_where_a_match_could_start() -> None:
 
 def test_an_address_too_long_to_decide_early_loses_only_its_start() -> None:
     assert redact("x" * 70 + "@example.com ok") == "x" * 20 + "[email redacted] ok"
+
+
+def test_named_texts_are_checked_each_on_its_own_and_named_in_errors() -> None:
+    guard = InputGuard(10, ["secret"])
+    assert guard.check_texts([("input[0]", "cafe\u0301"), ("input[1]", "ok")]) == ["caf\u00e9", "ok"]
+    with pytest.raises(InvalidInput, match=r"'input\[1\]'"):
+        guard.check_texts([("input[0]", "fine"), ("input[1]", "nul\x00")])
+    with pytest.raises(InvalidInput, match=r"'text\[0\]' is too long: 11 characters"):
+        guard.check_texts([("text[0]", "x" * 11)])
+    with pytest.raises(InputRefused) as refused:
+        guard.check_texts([("text[0]", "a SECRET")])
+    assert refused.value.param == "text[0]" and "secret" not in refused.value.message.lower()

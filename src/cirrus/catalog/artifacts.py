@@ -5,6 +5,8 @@ import importlib.util
 from pathlib import Path
 
 from cirrus.catalog.spec import ArtifactRef
+from cirrus.store.oci import Reference
+from cirrus.store.pull import cached_model
 
 
 def _package_dir(package: str) -> Path | None:
@@ -30,6 +32,8 @@ def locate(artifact: ArtifactRef, cache_dir: Path) -> Path | None:
             return None
         path = folder / artifact.file
         return path if path.is_file() else None
+    if artifact.oci is not None:
+        return cached_model(cache_dir / "store", Reference.parse(artifact.oci))
     assert artifact.assemble is not None
     if _package_dir(artifact.assemble) is None:
         return None

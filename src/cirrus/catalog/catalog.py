@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from cirrus.catalog.artifacts import locate
+from cirrus.catalog.registered import RegistrationError, merge, read_registered
 from cirrus.catalog.spec import ModelSpec
 from cirrus.errors import ModelNotInstalled, NoSuchModel
 
@@ -33,7 +34,8 @@ class Catalog:
         return [CatalogEntry(spec, self.is_installed(spec)) for spec in self._specs.values()]
 
     def is_installed(self, spec: ModelSpec) -> bool:
-        return locate(spec.artifact, self.cache_dir) is not None
+        """Present, or (an OCI artifact) pulled from its registry on first use."""
+        return spec.artifact.oci is not None or locate(spec.artifact, self.cache_dir) is not None
 
     def get(self, model_id: str) -> ModelSpec:
         spec = self._specs.get(model_id)
@@ -52,7 +54,21 @@ class Catalog:
         return spec
 
 
-def load_catalog(path: Path | None, cache_dir: Path) -> Catalog:
+def load_catalog(path: Path | None, cache_dir: Path, registered: Path | None = None) -> Catalog:
+    """The catalog file (or the built-in one), plus the models registered with `cirrus models add` when given
+    their file (`registered_models_path(settings.state_dir)`)."""
+    specs = read_catalog(path)
+    if registered is not None:
+        try:
+            specs = merge(specs, read_registered(registered), registered)
+        except RegistrationError as exc:
+            raise CatalogError(str(exc)) from None
+    _check_fallbacks(specs, str(path) if path else "the built-in catalog")
+    return Catalog(specs, cache_dir)
+
+
+def read_catalog(path: Path | None) -> list[ModelSpec]:
+    """A catalog file's models alone, without registered ones."""
     text = path.read_text() if path else files("cirrus.catalog").joinpath("default.toml").read_text()
     where = str(path) if path else "the built-in catalog"
     try:
@@ -62,8 +78,7 @@ def load_catalog(path: Path | None, cache_dir: Path) -> Catalog:
         raise CatalogError(f"{where} is invalid: {exc}") from exc
     if len({spec.id for spec in specs}) != len(specs):
         raise CatalogError(f"{where} lists a model id twice")
-    _check_fallbacks(specs, where)
-    return Catalog(specs, cache_dir)
+    return specs
 
 
 def _check_fallbacks(specs: list[ModelSpec], where: str) -> None:

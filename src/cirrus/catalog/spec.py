@@ -5,13 +5,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cirrus.guardrails.patterns import compile_deny_patterns
+from cirrus.store.oci import InvalidArtifact, Reference
 
-Task = Literal["text-generation"]
+Task = Literal["text-generation", "text-embeddings"]
 OutputFilterName = Literal["email", "phone", "card"]
 
 
 class ArtifactRef(BaseModel):
-    """Where a model's GGUF comes from: a file path, a file inside an installed package, or an assembler."""
+    """Where a model's GGUF comes from: a file path, a file inside an installed package, an assembler, or an OCI
+    registry reference (pulled into the local cache on first use)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -21,12 +23,26 @@ class ArtifactRef(BaseModel):
     assemble: str | None = Field(
         default=None, description="module whose assemble(output_path) writes the file"
     )
+    oci: str | None = Field(
+        default=None, description="an OCI reference, e.g. 127.0.0.1:5000/models/smollm2:q4_1"
+    )
+    insecure: bool = Field(default=False, description="pull the oci reference over plain HTTP")
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> "ArtifactRef":
-        sources = [self.path is not None, self.package is not None, self.assemble is not None]
+        sources = [
+            self.path is not None,
+            self.package is not None,
+            self.assemble is not None,
+            self.oci is not None,
+        ]
         if sum(sources) != 1:
-            raise ValueError("an artifact names exactly one of: path, package (with file), assemble")
+            raise ValueError("an artifact names exactly one of: path, package (with file), assemble, oci")
+        if self.oci is not None:
+            try:
+                Reference.parse(self.oci)
+            except InvalidArtifact as exc:
+                raise ValueError(str(exc)) from exc
         if self.package is not None and not self.file:
             raise ValueError("a package artifact needs 'file', the GGUF's name inside the package")
         return self
@@ -36,6 +52,8 @@ class ArtifactRef(BaseModel):
             return f"file {self.path}"
         if self.package is not None:
             return f"package {self.package} ({self.file})"
+        if self.oci is not None:
+            return f"OCI artifact {self.oci}"
         return f"package {self.assemble} (assembled)"
 
 
@@ -91,6 +109,20 @@ class ModelSpec(BaseModel):
     deny_patterns: tuple[str, ...] = Field(default=(), description="regular expressions refused in input")
     output_filters: tuple[OutputFilterName, ...] = ()
     output_deny_patterns: tuple[str, ...] = ()
+    family: str | None = Field(
+        default=None,
+        description="chat format (cirrus.families: glm45, glm47, kimi_k2); default: detected from the GGUF template",
+    )
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, name: str | None) -> str | None:
+        if name is not None:
+            from cirrus.families.registry import FAMILIES  # imports the engine's Jinja layer: only when named
+
+            if name not in FAMILIES:
+                raise ValueError(f"unknown model family {name!r}; known: {', '.join(sorted(FAMILIES))}")
+        return name
 
     @field_validator("deny_patterns", "output_deny_patterns")
     @classmethod

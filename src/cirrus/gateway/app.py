@@ -2,12 +2,13 @@
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from cirrus.api import account_usage, admin, health, metrics
-from cirrus.api.openai import chat, completions
+from cirrus.api.openai import chat, completions, embeddings
 from cirrus.api.openai import models as openai_models
 from cirrus.api.workers_ai import models as workers_ai_models
 from cirrus.api.workers_ai import run
@@ -24,6 +25,7 @@ ROUTERS = (
     workers_ai_models.router,
     chat.router,
     completions.router,
+    embeddings.router,
     openai_models.router,
     account_usage.router,
     admin.router,
@@ -63,6 +65,15 @@ def build_api(platform: Platform) -> FastAPI:
     for router in ROUTERS:
         api.include_router(router)
     install_handlers(api)
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document, plus the Workers AI task inputs its run routes validate themselves."""
+        if api.openapi_schema is None:
+            schema = FastAPI.openapi(api)
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(run.input_schemas())
+        return api.openapi_schema or {}
+
+    api.openapi = openapi  # type: ignore[method-assign]
     return api
 
 

@@ -4,6 +4,7 @@ scope check -> input guardrails -> rate limits -> budget -> response cache (and 
 flight) -> the model, with retries and fallbacks -> output filters -> metering, token limits, cache store.
 
 Routes translate their protocol into a `GenerationInput` and call `resolve` then `run`; everything else is here.
+Embeddings take the same steps through `embed`, less the response cache, the retries and the output filters.
 """
 
 import asyncio
@@ -11,6 +12,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable
 
+from cirrus.api.protocol import WireProtocol
 from cirrus.auth import Permission
 from cirrus.cache import CachedAnswer, CachePolicy, replay
 from cirrus.cache.answer import CACHEABLE_FINISH_REASONS
@@ -26,7 +28,7 @@ from cirrus.metering.neurons import price
 from cirrus.metering.record import CacheStatus, UsageRecord
 from cirrus.runtime.events import Finished
 from cirrus.runtime.params import Usage
-from cirrus.service import Generation, InferenceRequest
+from cirrus.service import EmbeddingRequest, EmbeddingResult, Generation, InferenceRequest
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,34 @@ class Pipeline:
             return self._replayed(call, spec, cached)
         call.response_headers["cf-aig-cache-status"] = "MISS"
         return await self._live(call, spec, request, retry, (key, policy.ttl_s))
+
+    async def embed(self, call: Call, request: EmbeddingRequest) -> EmbeddingResult:
+        """`request.model` is the id `resolve` returned. Metered on the model's input price."""
+        spec = self.parts.catalog.get(request.model)
+        call.response_headers["cf-aig-cache-status"] = "BYPASS"
+        try:
+            texts = await self._guarded_texts(call, spec, request.inputs.texts)
+            await self._admit(call, spec)
+            inputs = dataclasses.replace(request.inputs, texts=texts)
+            result = await self.parts.service.embed(dataclasses.replace(request, inputs=inputs))
+        except CirrusError as error:
+            self._refused(call, spec, error)
+            raise
+        except asyncio.CancelledError:  # the client left
+            self._record(call, spec, Usage(0, 0), 499, None, "BYPASS", False, 0.0, (0.0, 0.0))
+            raise
+        cost = price(spec, result.usage.prompt_tokens, 0, 0)
+        self._record(call, spec, result.usage, 200, None, "BYPASS", result.cold_start, result.queue_s, cost)
+        self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, result.usage.total_tokens))
+        return result
+
+    async def _guarded_texts(self, call: Call, spec: ModelSpec, texts: tuple[str, ...]) -> tuple[str, ...]:
+        """Each text through the model's and account's input guard, as a prompt is."""
+        guard = await self.parts.input_guard(call.principal, spec)
+        field = "input" if call.protocol is WireProtocol.OPENAI else "text"
+        checked = tuple(guard.check_texts([(f"{field}[{i}]", text) for i, text in enumerate(texts)]))
+        call.prompt = list(checked)
+        return checked
 
     async def _admit(self, call: Call, spec: ModelSpec) -> None:
         status = await self.parts.limiter.admit(call.principal, spec)

@@ -30,6 +30,21 @@ class InputGuard:
             self._check_policy(where, text)
         return _with_texts(inputs, [text for _, text in normalised])
 
+    def check_texts(self, fields: Sequence[Field]) -> list[str]:
+        """Named texts (e.g. `input[2]`) checked as a prompt is, each on its own; returned in Unicode NFC."""
+        checked = []
+        for where, text in fields:
+            if len(text) > self.max_prompt_chars:
+                raise InvalidInput(
+                    f"'{where}' is too long: {len(text)} characters, at most {self.max_prompt_chars} are allowed",
+                    param=where,
+                )
+            _check_characters(where, text)
+            normalised = unicodedata.normalize("NFC", text)
+            self._check_policy(where, normalised)
+            checked.append(normalised)
+        return checked
+
     def _check_length(self, inputs: GenerationInput, prompt: list[Field]) -> None:
         """Counted as sent, before normalisation, like the schemas' own limits."""
         total = sum(len(text) for _, text in prompt)

@@ -8,11 +8,18 @@ from pathlib import Path
 from cirrus.catalog import Catalog, ModelSpec
 from cirrus.catalog.artifacts import materialize
 from cirrus.config import Settings
-from cirrus.errors import ModelNotInstalled
-from cirrus.pool.memory import MemoryEstimate, estimate_instance
+from cirrus.errors import ModelNotInstalled, ModelPullFailed
+from cirrus.pool.memory import (
+    MemoryEstimate,
+    estimate_embedding_instance,
+    estimate_instance,
+    longest_text,
+)
 from cirrus.runtime.process import LoadOptions, WorkerProcess
 from cirrus.runtime.spares import SpareWorkers
 from cirrus.store.gguf import read_metadata
+from cirrus.store.oci import RegistryError
+from cirrus.store.pull import Puller
 
 
 def readahead(path: Path) -> None:
@@ -30,36 +37,52 @@ class ProcessLauncher:
         self._settings = settings
         self._estimates: dict[str, MemoryEstimate] = {}
         self._paths: dict[str, Path] = {}
+        self._text_tokens: dict[str, int] = {}  # embeddings models: the most tokens one text may have
         self.spares = SpareWorkers(settings.spare_workers, settings.spare_heap_bytes)
+        self._puller = Puller(catalog.cache_dir / "store")
 
     async def artifact_path(self, spec: ModelSpec) -> Path:
         if spec.id not in self._paths:
             self._catalog.require_installed(spec.id)
-            try:
-                path = await asyncio.to_thread(materialize, spec.artifact, self._catalog.cache_dir)
-            except FileNotFoundError as exc:
-                raise ModelNotInstalled(str(exc), param="model") from exc
-            self._paths[spec.id] = path
+            self._paths[spec.id] = await self._fetch(spec)
         return self._paths[spec.id]
+
+    async def _fetch(self, spec: ModelSpec) -> Path:
+        if spec.artifact.oci is not None:  # a cold start from the registry; concurrent callers share one pull
+            try:
+                return await self._puller.fetch(spec.artifact.oci, spec.artifact.insecure)
+            except RegistryError as exc:
+                raise ModelPullFailed(f"{spec.id} could not be pulled: {exc}", param="model") from exc
+        try:
+            return await asyncio.to_thread(materialize, spec.artifact, self._catalog.cache_dir)
+        except FileNotFoundError as exc:
+            raise ModelNotInstalled(str(exc), param="model") from exc
 
     async def estimate(self, spec: ModelSpec) -> MemoryEstimate:
         if spec.id not in self._estimates:
             path = await self.artifact_path(spec)
             metadata = await asyncio.to_thread(read_metadata, path)
-            self._estimates[spec.id] = estimate_instance(metadata, path.stat().st_size, spec.kv_cells)
+            size = path.stat().st_size
+            if spec.task == "text-embeddings":
+                tokens = self._text_tokens[spec.id] = longest_text(metadata, spec.context_window)
+                self._estimates[spec.id] = estimate_embedding_instance(metadata, size, tokens)
+            else:
+                self._estimates[spec.id] = estimate_instance(metadata, size, spec.kv_cells)
         return self._estimates[spec.id]
 
     async def estimate_bytes(self, spec: ModelSpec) -> int:
         return (await self.estimate(spec)).total
 
     async def launch(self, spec: ModelSpec) -> WorkerProcess:
+        await self.estimate(spec)
         options = LoadOptions(
             path=str(await self.artifact_path(spec)),
-            n_ctx=spec.context_window,
+            n_ctx=self._text_tokens.get(spec.id, spec.context_window),
             n_threads=self._settings.threads,
             parallel=spec.parallel,
             kv_cells=spec.kv_cells,
             chat_template=spec.chat_template,
+            embeddings=spec.task == "text-embeddings",
         )
         await asyncio.to_thread(readahead, Path(options.path))
         started = time.perf_counter()

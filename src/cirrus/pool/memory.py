@@ -45,6 +45,28 @@ def estimate_instance(metadata: dict[str, MetaValue], weights_bytes: int, n_ctx:
     return MemoryEstimate(weights=weights_bytes, kv_cache=kv_cache, compute=compute)
 
 
+def estimate_embedding_instance(
+    metadata: dict[str, MetaValue], weights_bytes: int, text_tokens: int
+) -> MemoryEstimate:
+    """An embeddings instance encodes up to `text_tokens` tokens in one micro-batch with full attention over
+    it: beyond a generator's compute, the attention scores of every head (tokens x tokens floats) and the
+    per-token outputs pooling reads. Its cache, if the architecture keeps one, is one batch wide."""
+    base = estimate_instance(metadata, weights_bytes, text_tokens)
+    arch = str(metadata.get("general.architecture", "llama"))
+    heads = _int(metadata, f"{arch}.attention.head_count", 32)
+    embedding = _int(metadata, f"{arch}.embedding_length", 4096)
+    attention = heads * text_tokens * text_tokens * 4
+    outputs = text_tokens * embedding * 4
+    return MemoryEstimate(base.weights, base.kv_cache, base.compute + attention + outputs)
+
+
+def longest_text(metadata: dict[str, MetaValue], context_window: int) -> int:
+    """The most tokens an embeddings instance reads per text: the catalog's window, within what the model was
+    trained on (position embeddings end there)."""
+    arch = str(metadata.get("general.architecture", "llama"))
+    return min(context_window, _int(metadata, f"{arch}.context_length", context_window))
+
+
 def _vocab_size(metadata: dict[str, MetaValue], arch: str) -> int:
     tokens = metadata.get("tokenizer.ggml.tokens")
     if isinstance(tokens, list) and tokens and isinstance(tokens[0], int):

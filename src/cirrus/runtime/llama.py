@@ -28,6 +28,7 @@ class ContextShape:
     sequences: int
     threads: int
     batch_tokens: int = 512
+    embeddings: bool = False  # an embeddings context: pooled vectors per sequence instead of logits
 
 
 class LlamaModel:
@@ -44,7 +45,7 @@ class LlamaModel:
         self._ctx = llama_cpp.llama_init_from_model(self._model, _context_params(shape))
         if not self._ctx:
             raise LlamaError("llama.cpp could not create a context (out of memory?)")
-        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)  # NULL for encoders such as BERT: no KV cache
         # llama.cpp caps the batch at the context size; a larger batch would abort the process.
         self.batch_tokens = int(llama_cpp.llama_n_batch(self._ctx))
         self._batch = llama_cpp.llama_batch_init(self.batch_tokens, 0, 1)
@@ -62,10 +63,12 @@ class LlamaModel:
         return list(buffer[:count])
 
     def piece(self, token: int) -> bytes:
-        size = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
+        # special=True: a family's markers (<think>, <tool_call>, ...) are special tokens the output parsers
+        # must see; end-of-generation tokens never get here (the scheduler stops on them by id).
+        size = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, True)
         if size < 0:  # the buffer was too small; it says how much is needed
             self._piece = ctypes.create_string_buffer(-size)
-            size = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece, -size, 0, False)
+            size = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece, -size, 0, True)
         return self._piece.raw[:size]
 
     def token_text(self, token: int) -> str:
@@ -121,6 +124,35 @@ class LlamaModel:
             raise LlamaError(f"llama_decode failed with status {status}")
         return status
 
+    def clear(self) -> None:
+        """Forget every sequence (an embeddings batch starts from nothing)."""
+        if self._memory:
+            llama_cpp.llama_memory_clear(self._memory, True)
+
+    # -- embeddings -------------------------------------------------------------------------------------------
+
+    @property
+    def embedding_size(self) -> int:
+        return int(llama_cpp.llama_model_n_embd(self._model))
+
+    @property
+    def trained_context(self) -> int:
+        return int(llama_cpp.llama_model_n_ctx_train(self._model))
+
+    @property
+    def pooled(self) -> bool:
+        return int(llama_cpp.llama_pooling_type(self._ctx)) not in (
+            llama_cpp.LLAMA_POOLING_TYPE_NONE,
+            llama_cpp.LLAMA_POOLING_TYPE_RANK,
+        )
+
+    def sequence_embedding(self, sequence: int) -> list[float]:
+        """The pooled embedding of one sequence of the last decoded batch, as the model's pooling made it."""
+        pointer = llama_cpp.llama_get_embeddings_seq(self._ctx, sequence)
+        if not pointer:
+            raise LlamaError(f"llama.cpp has no pooled embedding for sequence {sequence}")
+        return [float(value) for value in pointer[: self.embedding_size]]
+
     def set_threads(self, threads: int) -> None:
         llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
 
@@ -148,22 +180,33 @@ def _context_params(shape: ContextShape) -> Any:
     params.n_threads_batch = shape.threads
     params.kv_unified = True  # one pool of cells for all sequences, so a shared prefix is stored once
     params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED  # measured: +5-15% tokens/s on CPU here
+    if shape.embeddings:
+        params.embeddings = True
+        params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED  # the GGUF's own (MiniLM: mean)
     return params
 
 
-class Sampler:
-    """One request's sampling chain: penalties, then greedy, or top-k, top-p, temperature and a seeded draw."""
+class GrammarError(LlamaError):
+    """llama.cpp could not parse a request's grammar."""
 
-    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+
+class Sampler:
+    """One request's sampling chain: penalties, a grammar when the output is constrained, then greedy, or top-k,
+    top-p, temperature and a seeded draw. The grammar comes before any cut, so a cut never leaves only tokens
+    the grammar forbids."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int, vocab: Any = None) -> None:
         self.handle = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         repeat = params.repetition_penalty if params.repetition_penalty > 0 else 1.0
         neutral = repeat == 1.0 and params.frequency_penalty == 0 and params.presence_penalty == 0
-        self.plain_greedy = params.temperature <= 0 and neutral
+        self.plain_greedy = params.temperature <= 0 and neutral and not params.grammar
         self._add(
             llama_cpp.llama_sampler_init_penalties(
                 n_vocab, PENALTY_WINDOW, repeat, params.frequency_penalty, params.presence_penalty
             )
         )
+        if params.grammar:  # needs the model's vocabulary (`LlamaModel.vocab`)
+            self._add(_grammar_stage(vocab, params.grammar))
         if params.temperature <= 0:
             self._add(llama_cpp.llama_sampler_init_greedy())
             return
@@ -173,12 +216,23 @@ class Sampler:
         self._add(llama_cpp.llama_sampler_init_dist(params.seed if params.seed is not None else RANDOM_SEED))
 
     def remember(self, tokens: list[int]) -> None:
-        """Let the penalties see the end of the prompt, as llama.cpp's own server does."""
+        """Let the penalties (the chain's first stage) see the end of the prompt, as llama.cpp's own server
+        does. Only the penalties: a grammar stage fed prompt tokens would reject them and abort the process."""
+        penalties = llama_cpp.llama_sampler_chain_get(self.handle, 0)
         for token in tokens[-PENALTY_WINDOW:]:
-            llama_cpp.llama_sampler_accept(self.handle, token)
+            llama_cpp.llama_sampler_accept(penalties, token)
 
     def _add(self, stage: Any) -> None:
         llama_cpp.llama_sampler_chain_add(self.handle, stage)
 
     def close(self) -> None:
         llama_cpp.llama_sampler_free(self.handle)
+
+
+def _grammar_stage(vocab: Any, grammar: str) -> Any:
+    if vocab is None:
+        raise GrammarError("a grammar needs the model's vocabulary")
+    stage = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+    if not stage:
+        raise GrammarError("llama.cpp could not parse the output grammar")
+    return stage

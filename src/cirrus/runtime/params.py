@@ -17,20 +17,29 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     stop: tuple[str, ...] = ()
+    grammar: str | None = None  # GBNF the output must follow (JSON mode, tool calls); root rule "root"
 
 
 @dataclass(frozen=True)
 class GenerationInput:
-    """Either a prompt (raw or wrapped in the chat template) or a list of chat messages."""
+    """Either a prompt (raw or wrapped in the chat template) or a list of chat messages.
+
+    `family` names the chat format (cirrus.families) that renders the messages, with `tools` and
+    `enable_thinking` passed to its template; without one the model's own template renders the messages as sent.
+    """
 
     prompt: str | None = None
     messages: tuple[ChatMessage, ...] | None = None
     raw: bool = False
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    family: str | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
+    enable_thinking: bool | None = None
 
     def to_frame(self) -> dict[str, Any]:
         frame = asdict(self)
         frame["messages"] = list(self.messages) if self.messages is not None else None
+        frame["tools"] = list(self.tools) if self.tools is not None else None
         frame["sampling"]["stop"] = list(self.sampling.stop)
         return frame
 
@@ -39,11 +48,15 @@ class GenerationInput:
         sampling = dict(frame["sampling"])
         sampling["stop"] = tuple(sampling.get("stop") or ())
         messages = frame.get("messages")
+        tools = frame.get("tools")
         return cls(
             prompt=frame.get("prompt"),
             messages=tuple(messages) if messages is not None else None,
             raw=bool(frame.get("raw", False)),
             sampling=SamplingParams(**sampling),
+            family=frame.get("family"),
+            tools=tuple(tools) if tools is not None else None,
+            enable_thinking=frame.get("enable_thinking"),
         )
 
 

@@ -1,4 +1,5 @@
-"""A worker process seen from the server: spawn it, stream generations from it, cancel, stop or kill it."""
+"""A worker process seen from the server: spawn it, stream generations or ask embeddings of it, cancel, stop or
+kill it."""
 
 import asyncio
 import contextlib
@@ -23,6 +24,7 @@ from cirrus.errors import (
     WorkerStartFailed,
 )
 from cirrus.runtime.channel import TransportClosed
+from cirrus.runtime.embedding import EmbeddingInput, Embeddings
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.params import GenerationInput, Usage
@@ -39,6 +41,7 @@ class LoadOptions:
     parallel: int = 1
     kv_cells: int = 0
     chat_template: str | None = None
+    embeddings: bool = False  # an embeddings engine (n_ctx: the most tokens one text may have)
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,31 @@ class WorkerProcess:
             return Finished(str(item["finish_reason"]), usage)
         raise _worker_error(item)
 
+    async def embed(
+        self, request_id: str, inputs: EmbeddingInput, deadline: float | None = None
+    ) -> Embeddings:
+        """One request's embeddings. Leaving early (cancel, deadline) cancels it in the worker if not started."""
+        if self._dead:
+            raise WorkerCrashed("the model's worker process is not running")
+        queue: asyncio.Queue[Frame | CirrusError] = asyncio.Queue()
+        self._streams[request_id] = queue
+        answered = False
+        timer = None
+        if deadline is not None:
+            timer = asyncio.get_running_loop().call_at(deadline, queue.put_nowait, _timed_out())
+        try:
+            await self._send({"type": "embed", "id": request_id, "input": inputs.to_frame()})
+            item = await queue.get()
+            answered = not isinstance(item, CirrusError)
+            return _embeddings(item)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if answered or self._dead:
+                self._streams.pop(request_id, None)
+            else:
+                self._abandon(request_id, queue)
+
     def _abandon(self, request_id: str, queue: asyncio.Queue[Frame | CirrusError]) -> None:
         task = asyncio.get_running_loop().create_task(self._cancel_and_settle(request_id, queue))
         self._pending_cancels.add(task)
@@ -248,7 +276,7 @@ class WorkerProcess:
             async with asyncio.timeout(self.cancel_grace_s):
                 while True:
                     item = await queue.get()
-                    if isinstance(item, CirrusError) or item["type"] in ("finished", "failed"):
+                    if isinstance(item, CirrusError) or item["type"] in ("finished", "failed", "embedded"):
                         return
         except (TimeoutError, CirrusError):
             log.warning("worker %s did not stop request %s in time; killing it", self.pid, request_id)
@@ -292,6 +320,16 @@ class WorkerProcess:
 
     def rss_bytes(self) -> int | None:
         return _rss_bytes(self.pid) if not self._dead else None
+
+
+def _embeddings(item: Frame | CirrusError) -> Embeddings:
+    if isinstance(item, CirrusError):
+        raise item
+    if item["type"] == "embedded":
+        return Embeddings([list(map(float, v)) for v in item["vectors"]], int(item["prompt_tokens"]))
+    if item["type"] == "failed":
+        raise _worker_error(item)
+    raise InternalError(f"the worker answered an embeddings request with {item['type']!r}")
 
 
 def _rss_bytes(pid: int) -> int | None:

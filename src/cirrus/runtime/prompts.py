@@ -1,9 +1,11 @@
-"""Turn a generation's input into prompt tokens: raw text, or chat messages through the model's template."""
+"""Turn a generation's input into prompt tokens: raw text, or chat messages through the model's template or,
+for a known family (cirrus.families), the family's format with its tools and thinking switch."""
 
 from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from cirrus.families import Family, FamilyInputError, family
 from cirrus.runtime.llama import LlamaModel
 from cirrus.runtime.params import GenerationInput
 
@@ -19,6 +21,7 @@ class InputError(ValueError):
 class PromptBuilder:
     def __init__(self, model: LlamaModel, template: str | None) -> None:
         self._model = model
+        self._template = template
         self._formatter = None
         if template:
             self._formatter = Jinja2ChatFormatter(
@@ -33,12 +36,31 @@ class PromptBuilder:
         return self._formatter is not None
 
     def tokens(self, inputs: GenerationInput) -> list[int]:
-        if inputs.messages is not None:
-            return self._chat(list(inputs.messages))
-        assert inputs.prompt is not None
-        if inputs.raw or self._formatter is None:
+        if inputs.prompt is not None and (inputs.raw or (self._formatter is None and not inputs.family)):
             return self._model.tokenize(inputs.prompt, add_special=True)
-        return self._chat([{"role": "user", "content": inputs.prompt}])
+        messages = list(inputs.messages or [{"role": "user", "content": inputs.prompt}])
+        if inputs.family:
+            return self._family_chat(inputs, messages)
+        return self._chat(messages)
+
+    def _family_chat(self, inputs: GenerationInput, messages: list[dict[str, Any]]) -> list[int]:
+        try:
+            chat_format = family(str(inputs.family))
+            prompt = self._render_family(chat_format, inputs, messages)
+        except FamilyInputError as exc:
+            raise InputError(str(exc), exc.param or "messages") from exc
+        bos = self._model.token_text(self._model.bos())
+        return self._model.tokenize(prompt, add_special=not (bos and prompt.startswith(bos)))
+
+    def _render_family(self, chat_format: Family, inputs: GenerationInput, messages: list[dict[str, Any]]) -> str:
+        """The model's own template first; the family's when the model has none or its own fails to render."""
+        tools, thinking = list(inputs.tools) if inputs.tools else None, inputs.enable_thinking
+        if self._template:
+            try:
+                return chat_format.render(messages, tools, thinking, template=self._template)
+            except FamilyInputError:
+                pass  # a bad conversation fails the family's template the same way, with the same message
+        return chat_format.render(messages, tools, thinking)
 
     def _chat(self, messages: list[dict[str, Any]]) -> list[int]:
         if self._formatter is None:

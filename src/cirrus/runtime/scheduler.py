@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cirrus.runtime.frames import Frame
-from cirrus.runtime.llama import LlamaModel, Sampler
+from cirrus.runtime.llama import GrammarError, LlamaModel, Sampler
 from cirrus.runtime.params import GenerationInput
 from cirrus.runtime.prefix import Placement, place
 from cirrus.runtime.prompts import InputError, PromptBuilder
@@ -82,6 +82,8 @@ class BatchScheduler:
                 self._start(request_id, GenerationInput.from_frame(frame["input"]))
             except InputError as exc:
                 self._fail(request_id, "invalid_input", str(exc), exc.param)
+            except GrammarError as exc:
+                self._fail(request_id, "invalid_input", str(exc), "response_format")
             except Exception as exc:  # reported to this request alone; the others keep running
                 log.exception("could not start request %s", request_id, extra={"request_id": request_id})
                 self._fail(request_id, "internal", f"{type(exc).__name__}: {exc}", None)
@@ -89,10 +91,10 @@ class BatchScheduler:
     def _start(self, request_id: str, inputs: GenerationInput) -> None:
         prompt = self._prompts.tokens(inputs)
         budget = self._budget(len(prompt), inputs.sampling.max_tokens, inputs)
+        sampler = Sampler(inputs.sampling, self._model.n_vocab, self._model.vocab)  # before a slot is claimed
+        sampler.remember(prompt)
         placement = place(prompt, self._free, self._cached, self._last_used)
         self._claim(placement, prompt)
-        sampler = Sampler(inputs.sampling, self._model.n_vocab)
-        sampler.remember(prompt)
         self._running.append(
             Sequence(
                 request_id,

@@ -3,7 +3,8 @@
 One model per process. The engine is imported as the process starts, before the server says which model to load,
 so a process started ahead of need (a spare) pays only for mapping weights when a cold start comes. A reader
 thread takes frames off the socket, so a cancel arrives while the main thread is decoding; the main thread runs
-the batch scheduler one decode step at a time while there is work.
+the engine (the batch scheduler for generation, the embedding engine for embeddings) one step at a time while
+there is work.
 """
 
 import logging
@@ -13,16 +14,33 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from cirrus.observability.logs import configure_logging
 from cirrus.runtime.channel import BlockingChannel, TransportClosed
+from cirrus.runtime.embedding import BATCH_SEQUENCES
+from cirrus.runtime.encoder import EmbeddingEngine
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.llama import ContextShape, LlamaModel
 from cirrus.runtime.prompts import PromptBuilder
 from cirrus.runtime.scheduler import BatchScheduler
 
 SHUTDOWN: Frame = {"type": "shutdown"}
+REQUESTS = frozenset({"generate", "embed"})
+ENDINGS = frozenset({"finished", "failed", "embedded"})
+
+
+class Engine(Protocol):
+    """What the main loop drives: requests in, one step of work at a time."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def submit(self, frame: Frame) -> None: ...
+
+    def step(self) -> None: ...
+
+    def set_threads(self, threads: int) -> None: ...
 
 
 class Worker:
@@ -34,17 +52,17 @@ class Worker:
         self._threads: int | None = None
 
     def serve(self) -> None:
-        scheduler = self._load()
-        if scheduler is None:
+        engine = self._load()
+        if engine is None:
             return
         threading.Thread(target=self._read_loop, name="frame-reader", daemon=True).start()
-        while self._take_frames(scheduler, block=not scheduler.busy):
+        while self._take_frames(engine, block=not engine.busy):
             threads, self._threads = self._threads, None
             if threads is not None:
-                scheduler.set_threads(threads)
-            scheduler.step()
+                engine.set_threads(threads)
+            engine.step()
 
-    def _take_frames(self, scheduler: BatchScheduler, block: bool) -> bool:
+    def _take_frames(self, engine: Engine, block: bool) -> bool:
         """Hand new requests to the scheduler. False once told to shut down."""
         while True:
             try:
@@ -53,14 +71,16 @@ class Worker:
                 return True
             if frame is SHUTDOWN:
                 return False
-            scheduler.submit(frame)
+            engine.submit(frame)
             block = False
 
-    def _load(self) -> BatchScheduler | None:
+    def _load(self) -> Engine | None:
         frame = self._channel.recv()
         if frame["type"] != "load":
             return None
         try:
+            if frame["options"].get("embeddings"):
+                return self._build_embeddings(frame["options"])
             return self._build(frame["options"])
         except Exception as exc:  # any load failure is reported to the server, which decides what to do
             self._channel.send({"type": "load_failed", "message": f"{type(exc).__name__}: {exc}"})
@@ -79,8 +99,32 @@ class Worker:
         )
         return BatchScheduler(model, prompts, slots, context, self._send, self._is_cancelled)
 
+    def _build_embeddings(self, options: dict[str, Any]) -> EmbeddingEngine:
+        """A context as wide as one text may be long: the batch holds any single text whole, as an encoder's
+        attention over a text needs it in one micro-batch."""
+        context = int(options["n_ctx"])
+        shape = ContextShape(
+            kv_cells=context,
+            sequences=BATCH_SEQUENCES,
+            threads=int(options["n_threads"]),
+            batch_tokens=context,
+            embeddings=True,
+        )
+        model = LlamaModel(str(options["path"]), shape)
+        max_tokens = min(context, model.trained_context, model.batch_tokens)
+        engine = EmbeddingEngine(model, max_tokens, self._send, self._is_cancelled)
+        self._channel.send(
+            {
+                "type": "ready",
+                "n_ctx": max_tokens,
+                "has_chat_template": False,
+                "dimensions": model.embedding_size,
+            }
+        )
+        return engine
+
     def _send(self, frame: Frame) -> None:
-        if frame["type"] in ("finished", "failed"):
+        if frame["type"] in ENDINGS:
             with self._lock:
                 self._cancelled.discard(str(frame["id"]))
         self._channel.send(frame)
@@ -89,7 +133,7 @@ class Worker:
         try:
             while True:
                 frame = self._channel.recv()
-                if frame["type"] == "generate":
+                if frame["type"] in REQUESTS:
                     self._inbox.put(frame)
                 elif frame["type"] == "cancel":
                     with self._lock:

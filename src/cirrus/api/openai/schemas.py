@@ -14,10 +14,12 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from cirrus.api.chat.options import ChatOptions, chat_options
 from cirrus.api.options import GenerationOptions
 from cirrus.runtime.params import SamplingParams
 
 MAX_PROMPT_CHARS = 131072
+CARRIED_FIELDS = ("tool_calls", "tool_call_id", "name", "reasoning_content")
 
 
 class StreamOptions(BaseModel):
@@ -65,6 +67,16 @@ class ChatMessage(BaseModel):
             return self.content or ""
         return "".join(str(part.get("text", "")) for part in self.content if part.get("type") == "text")
 
+    def chat_message(self) -> dict[str, Any]:
+        """Role and text, plus the tool-call fields a conversation with tools carries."""
+        role = {"developer": "system"}.get(self.role, self.role)
+        message: dict[str, Any] = {"role": role, "content": self.text()}
+        extra = self.model_extra or {}
+        for key in CARRIED_FIELDS:
+            if extra.get(key) is not None:
+                message[key] = extra[key]
+        return message
+
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
@@ -79,9 +91,18 @@ class ChatCompletionRequest(SamplingFields):
                 "chat completions take 'messages', not 'prompt' (send a prompt to /v1/completions)"
             )
 
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # accepted; a model without a native format makes one call a turn
+    response_format: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
     def chat_messages(self) -> tuple[dict[str, Any], ...]:
-        role = {"developer": "system"}
-        return tuple({"role": role.get(m.role, m.role), "content": m.text()} for m in self.messages)
+        return tuple(m.chat_message() for m in self.messages)
+
+    def chat_options(self) -> ChatOptions:
+        thinking = (self.chat_template_kwargs or {}).get("enable_thinking")
+        return chat_options(self.tools, self.tool_choice, self.response_format, thinking, self.stream)
 
     def sampling(self, default_max_tokens: int) -> SamplingParams:
         params = super().sampling(default_max_tokens)

@@ -9,7 +9,14 @@ from cirrus.api.context import platform_of
 from cirrus.catalog import CatalogEntry
 
 router = APIRouter(tags=["Workers AI"])
-TASKS = {"text-generation": ("Text Generation", "Family of generative text models that write text.")}
+TASKS = {
+    "text-generation": ("Text Generation", "Family of generative text models that write text."),
+    "text-embeddings": (
+        "Text Embeddings",
+        "Feature extraction models transform raw data into numerical features that can be processed while "
+        "preserving the information in the original data set.",
+    ),
+}
 
 
 def model_record(entry: CatalogEntry) -> dict[str, Any]:

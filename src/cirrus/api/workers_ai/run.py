@@ -1,19 +1,41 @@
-"""POST /ai/run/{model}: Workers AI's one call."""
+"""POST /ai/run/{model}: Workers AI's one call. The body's shape follows the model's task, so the model is
+resolved first and the body validated against its task's input."""
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Body, Request
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import models_json_schema
 
+from cirrus.api.embeddings import embed
 from cirrus.api.inference import complete, inference_request, resolve_model, stream_response
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
-from cirrus.api.workers_ai.schemas import TextGenerationInput, envelope
-from cirrus.errors import CirrusError
+from cirrus.api.validation import invalid_input
+from cirrus.api.workers_ai.schemas import (
+    EMBEDDING_FIELDS,
+    GENERATION_FIELDS,
+    TextEmbeddingsInput,
+    TextGenerationInput,
+    envelope,
+)
+from cirrus.catalog import ModelSpec
+from cirrus.errors import CirrusError, InvalidInput
 from cirrus.gateway.answer import Answer
 from cirrus.runtime.events import TextDelta
 
 router = APIRouter(tags=["Workers AI"])
+InputModel = TypeVar("InputModel", bound=BaseModel)
+INPUTS: dict[str, type[BaseModel]] = {
+    "text-generation": TextGenerationInput,
+    "text-embeddings": TextEmbeddingsInput,
+}
+SCHEMA_REF = "#/components/schemas/{model}"
+WHAT_TO_SEND = {
+    "text-generation": "'prompt' or 'messages'",
+    "text-embeddings": "'text' (a string or a list of strings)",
+}
 
 
 async def _events(generation: Answer) -> AsyncIterator[bytes]:
@@ -28,8 +50,26 @@ async def _events(generation: Answer) -> AsyncIterator[bytes]:
         yield sse_data({"success": False, "errors": [{"code": error.code, "message": error.message}]})
 
 
-async def run_model(model: str, body: TextGenerationInput, request: Request) -> Any:
-    spec = resolve_model(request, model, body.stream)
+def _check_task(spec: ModelSpec, body: dict[str, Any]) -> None:
+    """A body made for the other task gets an answer naming this model's task, not a missing field."""
+    theirs = EMBEDDING_FIELDS if spec.task == "text-generation" else GENERATION_FIELDS
+    ours = GENERATION_FIELDS if spec.task == "text-generation" else EMBEDDING_FIELDS
+    sent = sorted(theirs & body.keys())
+    if sent and not ours & body.keys():
+        raise InvalidInput(
+            f"{spec.id} is a {spec.task} model: send {WHAT_TO_SEND[spec.task]}, not '{sent[0]}'",
+            param=sent[0],
+        )
+
+
+def _validated(model: type[InputModel], body: dict[str, Any]) -> InputModel:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_input(exc.errors()) from None
+
+
+async def _generate(request: Request, spec: ModelSpec, body: TextGenerationInput) -> Any:
     inputs = body.generation_input(spec.max_tokens_default)
     inference = inference_request(request, spec.id, inputs, body.keep_alive_s())
     if body.stream:
@@ -38,11 +78,48 @@ async def run_model(model: str, body: TextGenerationInput, request: Request) -> 
     return envelope({"response": completion.text, "usage": usage_dict(completion.usage)})
 
 
+async def _embed(request: Request, spec: ModelSpec, body: TextEmbeddingsInput) -> Any:
+    result = await embed(request, spec.id, body.embedding_input(), body.keep_alive_s())
+    dimensions = len(result.vectors[0]) if result.vectors else 0
+    return envelope({"shape": [len(result.vectors), dimensions], "data": result.vectors})
+
+
+async def run_model(model: str, request: Request, body: Annotated[dict[str, Any], Body()]) -> Any:
+    stream = body.get("stream") is True
+    spec = resolve_model(request, model, stream)
+    _check_task(spec, body)
+    if spec.task == "text-embeddings":
+        return await _embed(request, spec, _validated(TextEmbeddingsInput, body))
+    return await _generate(request, spec, _validated(TextGenerationInput, body))
+
+
+def input_schemas() -> dict[str, Any]:
+    """The task inputs as OpenAPI component schemas: the run routes' body refers to them, though the route
+    validates the body itself (its shape depends on the model)."""
+    _, schemas = models_json_schema(
+        [(model, "validation") for model in INPUTS.values()], ref_template=SCHEMA_REF
+    )
+    definitions: dict[str, Any] = schemas.get("$defs", {})
+    return definitions
+
+
+_BODY = {
+    "requestBody": {
+        "content": {
+            "application/json": {
+                "schema": {"oneOf": [{"$ref": SCHEMA_REF.format(model=m.__name__)} for m in INPUTS.values()]}
+            }
+        }
+    }
+}
+
 for _path in ("/ai/run/{model:path}", "/client/v4/accounts/{account_id}/ai/run/{model:path}"):
     router.add_api_route(
         _path,
         run_model,
         methods=["POST"],
         summary="Run a model (Workers AI)",
+        description="The body is the model's task input: TextGenerationInput or TextEmbeddingsInput.",
         responses={200: {"description": "the result envelope, or text/event-stream when stream is true"}},
+        openapi_extra=_BODY,
     )

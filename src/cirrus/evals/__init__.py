@@ -1,0 +1,1 @@
+"""Offline evaluation: model quality, context limits, server latency and cost. Never on the request path."""

@@ -1,0 +1,113 @@
+"""The model families Cirrus knows by name: their chat template, thinking markers and tool-call parser."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from cirrus.families.errors import FamilyInputError
+from cirrus.families.glm import GlmToolCallParser
+from cirrus.families.kimi import KimiToolCallParser
+from cirrus.families.messages import prepare_messages
+from cirrus.families.output import ChatOutputParser
+from cirrus.families.reasoning import ReasoningSplitter
+from cirrus.families.render import render_template
+from cirrus.families.sections import SectionParser
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    template_file: str
+    tool_parser: type[SectionParser]
+    decode_arguments: bool  # the template iterates tool-call arguments as a mapping
+    thinking_switch: bool  # the template reads `enable_thinking`
+    prompt_opens_thinking: bool  # with thinking on, the prompt ends inside `<think>`
+    stop: tuple[str, ...]  # text that ends the assistant's turn besides the model's end-of-generation token
+    think_open: str = "<think>"
+    think_close: str = "</think>"
+    recognised_by: tuple[str, ...] = field(default=())  # text only this family's templates contain
+
+    def template(self) -> str:
+        return resources.files("cirrus.families").joinpath("templates", self.template_file).read_text("utf-8")
+
+    def template_kwargs(self, enable_thinking: bool | None) -> dict[str, Any]:
+        if enable_thinking is None:
+            return {}
+        if not self.thinking_switch:
+            raise FamilyInputError(
+                f"the {self.name} chat format has no thinking switch: leave out chat_template_kwargs.enable_thinking",
+                "chat_template_kwargs",
+            )
+        return {"enable_thinking": enable_thinking}
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        enable_thinking: bool | None = None,
+        template: str | None = None,
+    ) -> str:
+        """The prompt, with our template or `template` (the model's own, from its GGUF metadata)."""
+        return render_template(
+            template or self.template(),
+            prepare_messages(messages, self.decode_arguments),
+            tools,
+            **self.template_kwargs(enable_thinking),
+        )
+
+    def output_parser(
+        self, tools: Sequence[Mapping[str, Any]] | None = None, enable_thinking: bool | None = None
+    ) -> ChatOutputParser:
+        starts_inside = self.prompt_opens_thinking and enable_thinking is not False
+        splitter = ReasoningSplitter(self.think_open, self.think_close, starts_inside)
+        return ChatOutputParser(splitter, self.tool_parser(tools) if tools else None)
+
+
+GLM45 = Family(
+    name="glm45",
+    template_file="glm45.jinja",
+    tool_parser=GlmToolCallParser,
+    decode_arguments=True,
+    thinking_switch=True,
+    prompt_opens_thinking=False,
+    stop=("<|user|>", "<|observation|>"),
+    recognised_by=("<arg_key>{arg-key-1}</arg_key>\\n", "<arg_key>{arg-key-1}</arg_key>\n"),
+)
+GLM47 = Family(
+    name="glm47",
+    template_file="glm47.jinja",
+    tool_parser=GlmToolCallParser,
+    decode_arguments=True,
+    thinking_switch=True,
+    prompt_opens_thinking=True,
+    stop=("<|user|>", "<|observation|>"),
+    recognised_by=("<tool_call>{function-name}<arg_key>",),
+)
+KIMI_K2 = Family(
+    name="kimi_k2",
+    template_file="kimi_k2.jinja",
+    tool_parser=KimiToolCallParser,
+    decode_arguments=False,
+    thinking_switch=False,
+    prompt_opens_thinking=False,
+    stop=("<|im_end|>",),
+    recognised_by=("<|tool_calls_section_begin|>", "<|im_middle|>"),
+)
+FAMILIES: dict[str, Family] = {family.name: family for family in (GLM45, GLM47, KIMI_K2)}
+
+
+def family(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        known = ", ".join(sorted(FAMILIES))
+        raise FamilyInputError(f"unknown model family {name!r}; known: {known}") from None
+
+
+def family_of_template(template: str) -> Family | None:
+    """Which family a model's own chat template (from its GGUF) writes, by text only that family's use."""
+    for candidate in (GLM47, GLM45, KIMI_K2):
+        if any(marker in template for marker in candidate.recognised_by):
+            return candidate
+    return None

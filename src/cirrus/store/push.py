@@ -1,0 +1,110 @@
+"""Push a GGUF file to an OCI registry as a Docker-Model-Runner-style model artifact, through the oras SDK."""
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import oras.client  # type: ignore[import-untyped]
+import requests
+
+from cirrus.store.blobs import sha256_file
+from cirrus.store.gguf import GGUFError, read_metadata
+from cirrus.store.oci import (
+    GGUF_MEDIA_TYPE,
+    MODEL_CONFIG_MEDIA_TYPE,
+    InvalidArtifact,
+    NotARegistry,
+    Reference,
+    RegistryError,
+    RegistryUnreachable,
+    model_config,
+)
+
+PROBE_TIMEOUT_S = 5.0
+# llama.cpp's llama_ftype values, the ones `general.file_type` holds.
+FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    32: "BF16",
+}
+
+
+def describe_gguf(path: Path, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The artifact manifest for a GGUF: what its metadata says, then `given`'s fields, then its size and digest.
+
+    A plain dict until `cirrus.store.manifest` lands; a `digest`/`sha256` in `given` must match the file.
+    """
+    try:
+        metadata = read_metadata(path)
+    except (GGUFError, OSError) as exc:
+        raise InvalidArtifact(f"{path} is not a readable GGUF file: {exc}") from exc
+    architecture = str(metadata.get("general.architecture", ""))
+    found: dict[str, Any] = {
+        "task": "text-generation",
+        "architecture": architecture,
+        "quantization": FILE_TYPES.get(int(str(metadata.get("general.file_type", -1))), "unknown"),
+        "parameters": metadata.get("general.size_label"),
+        "context_window": metadata.get(f"{architecture}.context_length"),
+        "chat_template": "tokenizer.chat_template" in metadata,
+        "license": metadata.get("general.license"),
+    }
+    artifact = {k: v for k, v in found.items() if v is not None} | dict(given or {})
+    digest = sha256_file(path)
+    claimed = artifact.pop("sha256", None) or artifact.get("digest")
+    if claimed and claimed.removeprefix("sha256:") != digest.removeprefix("sha256:"):
+        raise InvalidArtifact(f"the manifest says digest {claimed} but {path} has {digest}")
+    return artifact | {"size": path.stat().st_size, "digest": digest}
+
+
+def check_registry(reference: Reference, insecure: bool) -> None:
+    """Fail fast, with one clear line, when nothing listens or what listens is no OCI registry.
+
+    (oras retries a refused connection for about two minutes before it gives up.)
+    """
+    url = f"{reference.base_url(insecure)}/v2/"
+    try:
+        response = httpx.get(url, timeout=PROBE_TIMEOUT_S)
+    except httpx.TransportError as exc:
+        raise RegistryUnreachable(f"cannot reach the registry at {url}: {type(exc).__name__}: {exc}") from exc
+    speaks_v2 = response.headers.get("Docker-Distribution-API-Version", "").startswith("registry/2")
+    if response.status_code not in (200, 401) or not (speaks_v2 or "WWW-Authenticate" in response.headers):
+        raise NotARegistry(f"{url} answered HTTP {response.status_code} but not as an OCI registry")
+
+
+def push(gguf: Path, reference: Reference, artifact: dict[str, Any], insecure: bool = False) -> None:
+    """Upload the GGUF layer, the model config and the manifest. `artifact` comes from `describe_gguf`."""
+    check_registry(reference, insecure)
+    plain_http = reference.base_url(insecure).startswith("http:")
+    client = oras.client.OrasClient(hostname=reference.registry, insecure=plain_http)
+    with tempfile.TemporaryDirectory(prefix="cirrus-push-") as folder:
+        # A link with a plain name: oras splits "path:media-type" at a colon, and names the layer after the file.
+        layer = Path(folder) / (gguf.name if ":" not in gguf.name else "model.gguf")
+        layer.symlink_to(gguf.resolve())
+        config = Path(folder) / "config.json"
+        config.write_text(json.dumps(model_config(artifact), sort_keys=True))
+        try:
+            client.push(
+                target=str(reference),
+                files=[f"{layer}:{GGUF_MEDIA_TYPE}"],
+                manifest_config=f"{config}:{MODEL_CONFIG_MEDIA_TYPE}",
+                disable_path_validation=True,
+                quiet=True,
+            )
+        except (ValueError, requests.RequestException) as exc:
+            raise RegistryError(f"pushing {reference} failed: {exc}") from exc

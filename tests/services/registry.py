@@ -1,0 +1,120 @@
+"""A real OCI registry for tests: Debian's `docker-registry` (CNCF Distribution 2.8) on 127.0.0.1, no auth.
+
+Its access log (one line per request, Apache combined format) goes to `log_path`, so tests can count the
+requests it served and see their status codes (206 for a Range request).
+"""
+
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+EXECUTABLE = Path("/usr/bin/docker-registry")
+STARTUP_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
+PORT_ATTEMPTS = 3  # another process may take the free port between our probe and the registry's bind
+
+CONFIG = """\
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:{port}
+  secret: cirrus-tests
+"""
+
+
+class RegistryUnavailable(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Registry:
+    host: str  # "127.0.0.1:PORT", the registry part of a reference
+    storage_root: Path
+    log_path: Path
+
+    def blob_data(self, digest: str) -> Path:
+        """Where Distribution's filesystem driver keeps a blob's bytes."""
+        algorithm, hexdigest = digest.split(":", 1)
+        return self.storage_root / "docker/registry/v2/blobs" / algorithm / hexdigest[:2] / hexdigest / "data"
+
+    def access_log(self) -> list[str]:
+        return [line for line in self.log_path.read_text(errors="replace").splitlines() if '"GET ' in line]
+
+    def blob_gets(self, digest: str) -> list[str]:
+        """Access-log lines of GET requests for this blob (the status code follows the quoted request)."""
+        return [line for line in self.access_log() if f"/blobs/{digest} " in line]
+
+
+@contextmanager
+def running_registry() -> Iterator[Registry]:
+    """Start a fresh registry with its storage in a temporary folder; stop it (by pid) on exit."""
+    if not EXECUTABLE.is_file():
+        raise RegistryUnavailable(f"{EXECUTABLE} is missing (Debian: apt-get install docker-registry)")
+    with tempfile.TemporaryDirectory(prefix="cirrus-registry-") as directory:
+        folder = Path(directory)
+        process, registry = _start(folder)
+        try:
+            yield registry
+        finally:
+            _stop(process)
+
+
+def _start(folder: Path) -> tuple["subprocess.Popen[bytes]", Registry]:
+    for _ in range(PORT_ATTEMPTS):
+        port = _free_port()
+        registry = Registry(f"127.0.0.1:{port}", folder / "storage", folder / f"registry-{port}.log")
+        config = folder / f"config-{port}.yml"
+        config.write_text(CONFIG.format(root=registry.storage_root, port=port))
+        with registry.log_path.open("ab") as log:
+            process = subprocess.Popen(
+                [str(EXECUTABLE), "serve", str(config)], stdout=log, stderr=subprocess.STDOUT
+            )
+        if _wait_until_ready(process, registry.host):
+            return process, registry
+        _stop(process)
+    raise RegistryUnavailable(
+        f"docker-registry did not answer GET /v2/ within {STARTUP_TIMEOUT_S}s:\n"
+        f"{registry.log_path.read_text(errors='replace')[-2000:]}"
+    )
+
+
+def _wait_until_ready(process: "subprocess.Popen[bytes]", host: str) -> bool:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(f"http://{host}/v2/", timeout=1).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def _stop(process: "subprocess.Popen[bytes]") -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

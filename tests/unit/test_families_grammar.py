@@ -1,0 +1,44 @@
+from typing import Any
+
+import pytest
+
+from cirrus.families import FamilyInputError
+from cirrus.families.json_schema_grammar import json_object_grammar, json_schema_grammar, tool_call_grammar
+
+
+def test_json_mode_uses_llama_cpps_json_grammar() -> None:
+    assert json_object_grammar().lstrip().startswith("root")
+
+
+def test_a_typical_schema_becomes_rules_for_its_properties() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array"}},
+        "required": ["name", "age"],
+    }
+    grammar = json_schema_grammar(schema)
+    assert "root ::=" in grammar and '"\\"name\\""' in grammar and "age-kv" in grammar
+
+
+def test_a_tool_call_grammar_pins_each_name() -> None:
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "now"}},
+    ]
+    grammar = tool_call_grammar(tools)
+    assert '"\\"get_weather\\""' in grammar and '"\\"now\\""' in grammar
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "frobnicate"}, {"$ref": "#/definitions/missing"}, ["not", "a", "schema"], "string"],
+)
+def test_an_invalid_schema_is_a_clear_error(schema: Any) -> None:
+    with pytest.raises(FamilyInputError, match=r"response_format\.json_schema\.schema") as caught:
+        json_schema_grammar(schema)
+    assert caught.value.param == "response_format.json_schema.schema"
+
+
+def test_no_tools_is_a_clear_error() -> None:
+    with pytest.raises(FamilyInputError, match="at least one function"):
+        tool_call_grammar([{"type": "function"}])
