@@ -9,7 +9,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
+
+from tests.services.processes import free_port
 
 POSTGRES_USER = "postgres"
 START_TIMEOUT_S = 30.0
@@ -87,12 +88,6 @@ class _Runner:
                 extra_groups=[] if self.user else None,
                 env={**os.environ, "LC_ALL": "C", "TZ": "UTC"},
             )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _initdb(runner: _Runner, bin_dir: Path, root: Path) -> Path:
@@ -163,7 +158,7 @@ def _start(runner: _Runner, bin_dir: Path, data: Path, root: Path) -> tuple["sub
     """Start the server on a free port; a port taken between probe and bind is tried again."""
     log = root / "postgres.log"
     for attempt in range(START_ATTEMPTS):
-        port = _free_port()
+        port = free_port()
         process = runner.popen(_server_argv(bin_dir, data, root, port), log, cwd=root)
         dsn = f"postgresql://{POSTGRES_USER}@127.0.0.1:{port}/postgres"
         try:

@@ -1,7 +1,6 @@
 """A real redis-server for tests and benchmarks: 127.0.0.1, a free port, no persistence, stopped by pid."""
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -11,8 +10,9 @@ from pathlib import Path
 
 import redis
 
+from tests.services.processes import free_port, stop
+
 STARTUP_TIMEOUT_S = 10.0
-STOP_TIMEOUT_S = 5.0
 PORT_ATTEMPTS = 3  # another process may take the free port between our probe and redis-server's bind
 
 
@@ -31,16 +31,16 @@ def running_redis() -> Iterator[str]:
         try:
             yield f"redis://127.0.0.1:{port}/0"
         finally:
-            _stop(process)
+            stop(process)
 
 
 def _start(executable: str, directory: Path) -> tuple[subprocess.Popen[bytes], int]:
     for _ in range(PORT_ATTEMPTS):
-        port = _free_port()
+        port = free_port()
         process = _launch(executable, directory, port)
         if _wait_for_ping(process, port):
             return process, port
-        _stop(process)
+        stop(process)
     log = (directory / "redis.log").read_text(errors="replace")[-2000:]
     raise RedisUnavailable(f"redis-server did not answer PING within {STARTUP_TIMEOUT_S}s:\n{log}")
 
@@ -69,18 +69,3 @@ def _pings(port: int) -> bool:
         return False
     finally:
         client.close()
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -4,7 +4,6 @@ Its access log (one line per request, Apache combined format) goes to `log_path`
 requests it served and see their status codes (206 for a Range request).
 """
 
-import socket
 import subprocess
 import tempfile
 import time
@@ -15,9 +14,10 @@ from pathlib import Path
 
 import httpx
 
+from tests.services.processes import free_port, stop
+
 EXECUTABLE = Path("/usr/bin/docker-registry")
 STARTUP_TIMEOUT_S = 15.0
-STOP_TIMEOUT_S = 5.0
 PORT_ATTEMPTS = 3  # another process may take the free port between our probe and the registry's bind
 
 CONFIG = """\
@@ -71,12 +71,12 @@ def running_registry() -> Iterator[Registry]:
         try:
             yield registry
         finally:
-            _stop(process)
+            stop(process)
 
 
 def _start(folder: Path) -> tuple["subprocess.Popen[bytes]", Registry]:
     for _ in range(PORT_ATTEMPTS):
-        port = _free_port()
+        port = free_port()
         registry = Registry(f"127.0.0.1:{port}", folder / "storage", folder / f"registry-{port}.log")
         config = folder / f"config-{port}.yml"
         config.write_text(CONFIG.format(root=registry.storage_root, port=port))
@@ -86,7 +86,7 @@ def _start(folder: Path) -> tuple["subprocess.Popen[bytes]", Registry]:
             )
         if _wait_until_ready(process, registry.host):
             return process, registry
-        _stop(process)
+        stop(process)
     raise RegistryUnavailable(
         f"docker-registry did not answer GET /v2/ within {STARTUP_TIMEOUT_S}s:\n"
         f"{registry.log_path.read_text(errors='replace')[-2000:]}"
@@ -103,18 +103,3 @@ def _wait_until_ready(process: "subprocess.Popen[bytes]", host: str) -> bool:
             pass
         time.sleep(0.05)
     return False
-
-
-def _stop(process: "subprocess.Popen[bytes]") -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -10,7 +10,7 @@ import oras.client  # type: ignore[import-untyped]
 import requests
 
 from cirrus.store.blobs import sha256_file
-from cirrus.store.gguf import GGUFError, read_metadata
+from cirrus.store.gguf import FILE_TYPES, GGUFError, read_metadata
 from cirrus.store.oci import (
     GGUF_MEDIA_TYPE,
     MODEL_CONFIG_MEDIA_TYPE,
@@ -23,26 +23,6 @@ from cirrus.store.oci import (
 )
 
 PROBE_TIMEOUT_S = 5.0
-# llama.cpp's llama_ftype values, the ones `general.file_type` holds.
-FILE_TYPES = {
-    0: "F32",
-    1: "F16",
-    2: "Q4_0",
-    3: "Q4_1",
-    7: "Q8_0",
-    8: "Q5_0",
-    9: "Q5_1",
-    10: "Q2_K",
-    11: "Q3_K_S",
-    12: "Q3_K_M",
-    13: "Q3_K_L",
-    14: "Q4_K_S",
-    15: "Q4_K_M",
-    16: "Q5_K_S",
-    17: "Q5_K_M",
-    18: "Q6_K",
-    32: "BF16",
-}
 
 
 def describe_gguf(path: Path, given: dict[str, Any] | None = None) -> dict[str, Any]:
