@@ -214,20 +214,22 @@ YARN_FACTOR = 32
 
 @dataclass(frozen=True)
 class MlaVariant:
-    q_lora: (
-        bool  # queries through a low-rank bottleneck (Kimi K2, GLM-4.7-Flash), or one projection (Moonlight)
-    )
+    # queries through a low-rank bottleneck (Kimi K2, GLM-4.7-Flash), or one projection (Moonlight)
+    q_lora: bool
     shared_experts: int
     yarn: bool  # Kimi K2 stretches a 4k rope 32 times with yarn
+    layers: int = DEEPSEEK2_LAYERS
 
 
 KIMI_K2 = MlaVariant(q_lora=True, shared_experts=1, yarn=True)
-MOONLIGHT = MlaVariant(q_lora=False, shared_experts=2, yarn=False)
+# llama.cpp tells the "lite" form (no q_lora) by its layer count alone: 27 (DeepSeek-V2-Lite, Moonlight) or 26.
+# With any other count it asks for attention.q_lora_rank and refuses the file.
+MOONLIGHT = MlaVariant(q_lora=False, shared_experts=2, yarn=False, layers=27)
 GLM47_FLASH = MlaVariant(q_lora=True, shared_experts=1, yarn=False)
 
 
 def _deepseek2_metadata(variant: MlaVariant, writer: gguf.GGUFWriter) -> None:
-    _common(writer, DEEPSEEK2_LAYERS, context=CONTEXT_LENGTH * (YARN_FACTOR if variant.yarn else 1))
+    _common(writer, variant.layers, context=CONTEXT_LENGTH * (YARN_FACTOR if variant.yarn else 1))
     writer.add_head_count_kv(1)  # MLA is stored as multi-query attention over the compressed KV
     if variant.q_lora:
         writer.add_q_lora_rank(Q_LORA_RANK)
@@ -272,7 +274,7 @@ def _deepseek2_attention(block: str, q_lora: bool) -> list[TensorSpec]:
 
 def _deepseek2_tensors(variant: MlaVariant, n_vocab: int) -> list[TensorSpec]:
     specs = _ends(n_vocab)
-    for index in range(DEEPSEEK2_LAYERS):
+    for index in range(variant.layers):
         block = f"blk.{index}"
         specs += [*_deepseek2_attention(block, variant.q_lora), _norm(f"{block}.ffn_norm")]
         specs += _dense_ffn(block) if index == 0 else _moe_ffn(block, variant.shared_experts)

@@ -35,7 +35,7 @@ def write_synthetic(arch: str, path: Path, *, template: str | None, seed: int = 
     writer = gguf.GGUFWriter(str(path), spec.arch)
     writer.add_name(f"cirrus-synthetic-{spec.name}")
     writer.add_description(f"random weights shaped like {spec.describes}; proves plumbing, not quality")
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     writer.add_vocab_size(len(vocab.tokens))
     spec.metadata(writer)
     vocab.write(writer)
@@ -53,10 +53,12 @@ def write_synthetic(arch: str, path: Path, *, template: str | None, seed: int = 
 
 def _values(
     tensor: TensorSpec, rng: np.random.Generator
-) -> np.ndarray[tuple[int, ...], np.dtype[np.float32]]:
+) -> np.ndarray[tuple[int, ...], np.dtype[np.floating]]:
+    """Matrices in f16, vectors in f32, as the converter's `--outtype f16` stores them."""
     shape = tuple(reversed(tensor.shape))  # numpy's order is outermost first
     noise = rng.standard_normal(shape, dtype=np.float32)
     if tensor.kind == "norm":
         return (1.0 + 0.1 * noise).astype(np.float32)
-    scale = 0.01 if tensor.kind == "bias" else WEIGHT_SCALE
-    return (scale * noise).astype(np.float32)
+    if tensor.kind == "bias":
+        return (0.01 * noise).astype(np.float32)
+    return (WEIGHT_SCALE * noise).astype(np.float16 if len(shape) > 1 else np.float32)
