@@ -61,6 +61,11 @@ def test_an_unknown_model_is_5007(tmp_path: Path) -> None:
         ),
         ("[[models]]\nid = '@cf/a/b'\nartifact = { path = '/x' }\nfallbacks = ['@cf/a/b']\n", "itself"),
         (
+            "[[models]]\nid = '@cf/a/b'\nartifact = { path = '/x' }\nfallbacks = ['@cf/a/c']\n"
+            "[[models]]\nid = '@cf/a/c'\nartifact = { path = '/y' }\nfamily = 'glm47'\n",
+            "another task or chat family",
+        ),
+        (
             "[[models]]\nid = '@cf/a/b'\nartifact = { path = '/x' }\ndeny_patterns = ['(unclosed']\n",
             "unclosed",
         ),

@@ -93,6 +93,10 @@ def _seeded(**sampling: float | int) -> GenerationInput:
         _greedy(frequency_penalty=0.5),
         _greedy(presence_penalty=0.5),
         _greedy(temperature=0.5, seed=1),
+        _greedy(grammar='root ::= "{}"'),
+        dataclasses.replace(GREEDY, family="glm47"),
+        dataclasses.replace(GREEDY, tools=({"type": "function", "function": {"name": "f"}},)),
+        dataclasses.replace(GREEDY, enable_thinking=False),
     ],
 )
 def test_anything_that_changes_a_greedy_answer_changes_the_key(changed: GenerationInput) -> None:

