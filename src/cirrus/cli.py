@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 
 from cirrus.auth.cli import register as register_identity
-from cirrus.catalog import DEFAULT_MODEL, CatalogError, load_catalog
+from cirrus.catalog import DEFAULT_MODEL, CatalogEntry, CatalogError, load_catalog
+from cirrus.catalog.footprint import fit, footprints
 from cirrus.catalog.registered import registered_models_path
 from cirrus.config import Settings
 from cirrus.evals.cli import register as register_evals
@@ -121,12 +122,62 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    catalog = load_catalog(settings.catalog, settings.cache_dir, registered_models_path(settings.state_dir))
+    try:
+        catalog = load_catalog(
+            settings.catalog, settings.cache_dir, registered_models_path(settings.state_dir)
+        )
+    except (CatalogError, OSError) as exc:  # OSError: a --catalog file that cannot be read
+        print(f"cirrus models: {exc}", file=sys.stderr)
+        return 2
+    budget = settings.budget_bytes()
+    if args.json:
+        records = [_model_record(entry, budget) for entry in catalog.entries()]
+        print(json.dumps({"memory_budget_bytes": budget, "models": records}, indent=2))
+        return 0
     print(f"{'MODEL':45} {'TASK':16} {'CONTEXT':>8}  STATUS")
     for entry in catalog.entries():
-        status = "installed" if entry.installed else f"not installed ({entry.spec.install_hint or 'no hint'})"
-        print(f"{entry.spec.id:45} {entry.spec.task:16} {entry.spec.context_window:>8}  {status}")
+        print(
+            f"{entry.spec.id:45} {entry.spec.task:16} {entry.spec.context_window:>8}  {_status(entry, budget)}"
+        )
+        if not entry.installed and fit(entry.spec, budget) is not None and entry.spec.install_hint:
+            print(f"    install: {entry.spec.install_hint}")
     return 0
+
+
+def _status(entry: CatalogEntry, budget: int) -> str:
+    """Installed; or not, with whether this machine can hold it (when the catalog gives its size) or the hint."""
+    if entry.installed:
+        return "installed"
+    memory = fit(entry.spec, budget)
+    if memory is not None:
+        return f"not installed: {memory.describe()}"
+    return f"not installed ({entry.spec.install_hint or 'no hint'})"
+
+
+def _model_record(entry: CatalogEntry, budget: int) -> dict[str, Any]:
+    spec = entry.spec
+    memory = fit(spec, budget)
+    return {
+        "id": spec.id,
+        "task": spec.task,
+        "context_window": spec.context_window,
+        "installed": entry.installed,
+        "install_hint": spec.install_hint or None,
+        "family": spec.family,
+        "architecture": spec.architecture,
+        "parameters": spec.parameters,
+        "active_parameters": spec.active_parameters,
+        "memory": None
+        if memory is None
+        else {
+            "fits": memory.fits,
+            "quant": memory.footprint.quant,
+            "bytes": memory.footprint.total,
+            "summary": memory.describe(),
+            "kv_cache_counted": spec.kv_bytes_per_token is not None,
+        },
+        "footprints": {f.quant: f.total for f in footprints(spec)},
+    }
 
 
 def _admin(args: argparse.Namespace, method: str, path: str) -> dict[str, Any] | None:
@@ -219,6 +270,10 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=cmd_run)
     models = commands.add_parser("models", help="list the catalog")
     models.add_argument("--catalog", type=Path)
+    models.add_argument(
+        "--memory-budget-bytes", dest="memory_budget_bytes", type=int, help="judge fits against this budget"
+    )
+    models.add_argument("--json", action="store_true", help="print the catalog as JSON")
     models.set_defaults(handler=cmd_models)
     for name, handler, text in (
         ("ps", cmd_ps, "list running instances"),

@@ -15,12 +15,14 @@ import pytest
 from cloudflare.types.ai.ai_run_params import MessagesMessage
 from openai.types.chat import ChatCompletionMessageParam
 
+from cirrus.catalog.catalog import read_catalog
 from cirrus.sdk import Ai, AiError
 from tests.integration.conftest import GEMMA, SMOLLM
 from tests.integration.server import Server, free_port, process_exists, wait_until
 
 ACCOUNT = "acct123"
 UNKNOWN = "@cf/nobody/no-such-model"
+MINILM = "@cf/sentence-transformers/all-minilm-l6-v2"  # built in; installed once `cirrus pack` stored it
 CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello in three words."}]
 CF_CHAT: list[MessagesMessage] = [{"role": "user", "content": "Say hello in three words."}]
 PROMPT = {"prompt": "Say hello in three words.", "max_tokens": 8}
@@ -189,13 +191,15 @@ def test_cloudflare_unknown_model_is_a_bad_request(cf: cloudflare.Cloudflare) ->
 
 def test_cloudflare_models_list(cf: cloudflare.Cloudflare, recorder: Recorder) -> None:
     models = [as_dict(model) for model in cf.ai.models.list(account_id=ACCOUNT, per_page=1)]
-    names = [model["name"] for model in models]
-    assert sorted(names) == sorted([SMOLLM, GEMMA])
-    assert all(model["task"]["id"] == "text-generation" for model in models)
+    tasks = {model["name"]: model["task"]["id"] for model in models}
+    shipped = {SMOLLM: "text-generation", GEMMA: "text-generation", MINILM: "text-embeddings"}
+    assert {name: tasks.get(name) for name in shipped} == shipped
+    # The rest of the built-in catalog: the GLM and Kimi entries of families.toml.
+    assert tasks == {spec.id: spec.task for spec in read_catalog(None)}
     properties = {p["property_id"]: p["value"] for p in models[0]["properties"]}
     assert properties["installed"] == "true"
     # per_page=1 makes the SDK walk the pages until an empty one: the server's paging must end.
-    assert len(recorder.targets) == 3
+    assert len(recorder.targets) == len(models) + 1
 
 
 # ---- curl -----------------------------------------------------------------------------------------------
@@ -394,6 +398,7 @@ def test_cli_models() -> None:
     assert rows[SMOLLM].rstrip().endswith("installed")
     assert rows[GEMMA].rstrip().endswith("installed")
     assert "not installed" not in rows[SMOLLM] + rows[GEMMA]
+    assert rows[MINILM].split()[1:3] == ["text-embeddings", "512"]
 
 
 def test_cli_ps(server: Server) -> None:

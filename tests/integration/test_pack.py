@@ -256,7 +256,8 @@ def registered(
     shadowing = cirrus.run("models", "add", f"{SMOLLM}:Q4_0")
     assert shadowing.returncode == 1
     assert "is a catalog model; pass --replace" in shadowing.stderr
-    for args in ((f"{SMOLLM}:Q4_0", "--id", SMOLLM_Q4), (minilm["Q8_0"]["manifest_path"],)):
+    # MiniLM is a built-in catalog model too (served from the store once packed): registering it replaces that.
+    for args in ((f"{SMOLLM}:Q4_0", "--id", SMOLLM_Q4), (minilm["Q8_0"]["manifest_path"], "--replace")):
         done = cirrus.run("models", "add", *args)
         assert done.returncode == 0, done.stderr
     yield

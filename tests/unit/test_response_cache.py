@@ -71,7 +71,7 @@ def test_the_same_request_gets_the_same_key() -> None:
     assert len(key) == 64 and int(key, 16) >= 0
 
 
-def _greedy(**sampling: float | int | tuple[str, ...]) -> GenerationInput:
+def _greedy(**sampling: float | int | str | tuple[str, ...]) -> GenerationInput:
     return dataclasses.replace(GREEDY, sampling=dataclasses.replace(GREEDY.sampling, **sampling))  # type: ignore[arg-type]
 
 

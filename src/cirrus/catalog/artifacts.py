@@ -5,6 +5,9 @@ import importlib.util
 from pathlib import Path
 
 from cirrus.catalog.spec import ArtifactRef
+from cirrus.store.blobs import BlobError
+from cirrus.store.local import LocalStore, store_root
+from cirrus.store.manifest import ManifestError
 from cirrus.store.oci import Reference
 from cirrus.store.pull import cached_model
 
@@ -21,6 +24,15 @@ def _assembled_path(artifact: ArtifactRef, cache_dir: Path) -> Path:
     return cache_dir / "artifacts" / f"{artifact.assemble}.gguf"
 
 
+def packed_path(ref: str, cache_dir: Path) -> Path:
+    """The blob of a packed variant (`@cf/org/name:QUANT`); raises FileNotFoundError saying what is missing."""
+    store = LocalStore(store_root(cache_dir))
+    try:
+        return store.blob_path(store.resolve(ref))
+    except (ManifestError, BlobError, OSError) as exc:
+        raise FileNotFoundError(f"artifact not installed: {exc}") from None
+
+
 def locate(artifact: ArtifactRef, cache_dir: Path) -> Path | None:
     """The GGUF's path if it is (or can be made) present; cheap, never writes."""
     if artifact.path is not None:
@@ -33,7 +45,12 @@ def locate(artifact: ArtifactRef, cache_dir: Path) -> Path | None:
         path = folder / artifact.file
         return path if path.is_file() else None
     if artifact.oci is not None:
-        return cached_model(cache_dir / "store", Reference.parse(artifact.oci))
+        return cached_model(store_root(cache_dir), Reference.parse(artifact.oci))
+    if artifact.store is not None:
+        try:
+            return packed_path(artifact.store, cache_dir)
+        except FileNotFoundError:
+            return None
     assert artifact.assemble is not None
     if _package_dir(artifact.assemble) is None:
         return None
@@ -42,6 +59,8 @@ def locate(artifact: ArtifactRef, cache_dir: Path) -> Path | None:
 
 def materialize(artifact: ArtifactRef, cache_dir: Path) -> Path:
     """The GGUF's path, assembling it first if needed (slow, once). Raises FileNotFoundError if absent."""
+    if artifact.store is not None:
+        return packed_path(artifact.store, cache_dir)  # says which of manifest and blob is missing
     path = locate(artifact, cache_dir)
     if path is None:
         raise FileNotFoundError(f"artifact not installed: {artifact.describe()}")

@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cirrus.guardrails.patterns import compile_deny_patterns
+from cirrus.store.manifest import ManifestError, parse_ref
 from cirrus.store.oci import InvalidArtifact, Reference
 
 Task = Literal["text-generation", "text-embeddings"]
@@ -12,8 +13,8 @@ OutputFilterName = Literal["email", "phone", "card"]
 
 
 class ArtifactRef(BaseModel):
-    """Where a model's GGUF comes from: a file path, a file inside an installed package, an assembler, or an OCI
-    registry reference (pulled into the local cache on first use)."""
+    """Where a model's GGUF comes from: a file path, a file inside an installed package, an assembler, an OCI
+    registry reference (pulled into the local cache on first use), or a variant packed into the local store."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -27,6 +28,9 @@ class ArtifactRef(BaseModel):
         default=None, description="an OCI reference, e.g. 127.0.0.1:5000/models/smollm2:q4_1"
     )
     insecure: bool = Field(default=False, description="pull the oci reference over plain HTTP")
+    store: str | None = Field(
+        default=None, description="a variant `cirrus pack` stored locally, e.g. @cf/org/name:Q8_0"
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> "ArtifactRef":
@@ -35,13 +39,21 @@ class ArtifactRef(BaseModel):
             self.package is not None,
             self.assemble is not None,
             self.oci is not None,
+            self.store is not None,
         ]
         if sum(sources) != 1:
-            raise ValueError("an artifact names exactly one of: path, package (with file), assemble, oci")
+            raise ValueError(
+                "an artifact names exactly one of: path, package (with file), assemble, oci, store"
+            )
         if self.oci is not None:
             try:
                 Reference.parse(self.oci)
             except InvalidArtifact as exc:
+                raise ValueError(str(exc)) from exc
+        if self.store is not None:
+            try:
+                parse_ref(self.store)
+            except ManifestError as exc:
                 raise ValueError(str(exc)) from exc
         if self.package is not None and not self.file:
             raise ValueError("a package artifact needs 'file', the GGUF's name inside the package")
@@ -54,6 +66,8 @@ class ArtifactRef(BaseModel):
             return f"package {self.package} ({self.file})"
         if self.oci is not None:
             return f"OCI artifact {self.oci}"
+        if self.store is not None:
+            return f"packed artifact {self.store}"
         return f"package {self.assemble} (assembled)"
 
 
@@ -113,6 +127,14 @@ class ModelSpec(BaseModel):
         default=None,
         description="chat format (cirrus.families: glm45, glm47, kimi_k2); default: detected from the GGUF template",
     )
+    architecture: str | None = Field(default=None, description="llama.cpp's name, e.g. glm4, deepseek2")
+    parameters: float | None = Field(default=None, gt=0, description="total parameters, in billions")
+    active_parameters: float | None = Field(
+        default=None, gt=0, description="parameters one token passes through (mixture of experts), billions"
+    )
+    kv_bytes_per_token: int | None = Field(
+        default=None, ge=1, description="f16 KV cache bytes one token takes in llama.cpp (all layers)"
+    )
 
     @field_validator("family")
     @classmethod
@@ -123,6 +145,13 @@ class ModelSpec(BaseModel):
             if name not in FAMILIES:
                 raise ValueError(f"unknown model family {name!r}; known: {', '.join(sorted(FAMILIES))}")
         return name
+
+    @model_validator(mode="after")
+    def _active_within_total(self) -> "ModelSpec":
+        active, total = self.active_parameters, self.parameters
+        if active is not None and (total is None or active > total):
+            raise ValueError("active_parameters needs parameters, the total, at least as large")
+        return self
 
     @field_validator("deny_patterns", "output_deny_patterns")
     @classmethod

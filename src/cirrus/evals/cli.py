@@ -7,9 +7,16 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cirrus.evals.errors import EvalError
+
+if TYPE_CHECKING:  # the store and the engine-side modules load only when a command needs them
+    from cirrus.evals.quality import QualityReport
+    from cirrus.store.local import LocalStore
+    from cirrus.store.manifest import Manifest
+
+ModelFile = tuple[Path, "Manifest | None"]
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 
@@ -25,8 +32,14 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 def _quality_parser(kinds: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     quality = kinds.add_parser("quality", help="perplexity, KL and top-1 agreement against a reference GGUF")
-    quality.add_argument("reference", type=Path, help="the reference GGUF (e.g. the F16)")
-    quality.add_argument("candidates", type=Path, nargs="+", help="one or more candidate GGUFs")
+    quality.add_argument(
+        "reference", help="the reference: a GGUF (e.g. the F16), or a packed variant @cf/org/name:QUANT"
+    )
+    quality.add_argument(
+        "candidates",
+        nargs="+",
+        help="one or more candidates: GGUFs or packed variants (their manifests record the results)",
+    )
     quality.add_argument("--corpus", type=Path, help="a UTF-8 text file (default: Python stdlib docstrings)")
     quality.add_argument("--tokens", type=int, default=4096, help="corpus tokens to score (default 4096)")
     quality.add_argument("--ctx", type=int, default=512, help="window size in tokens (default 512)")
@@ -123,16 +136,51 @@ def _corpus(path: Path | None) -> Any:
         raise EvalError(str(exc)) from None
 
 
+def _model_file(name: str, store: "LocalStore") -> ModelFile:
+    """A GGUF path as given, or a packed variant (`@cf/org/name:QUANT`) resolved to its blob and manifest."""
+    from cirrus.store.blobs import BlobError
+    from cirrus.store.manifest import ManifestError
+
+    if not name.startswith("@"):
+        return Path(name), None
+    try:
+        manifest = store.resolve(name)
+        return store.blob_path(manifest), manifest
+    except (ManifestError, BlobError) as exc:
+        raise EvalError(str(exc)) from None
+
+
 def cmd_quality(args: argparse.Namespace) -> int:
+    from cirrus.config import Settings
     from cirrus.evals.quality import QualitySettings, evaluate_quality
     from cirrus.evals.report import markdown, table
+    from cirrus.store.local import LocalStore
 
+    store = LocalStore.from_settings(Settings())
+    names = [args.reference, *args.candidates]
+    files = [_model_file(name, store) for name in names]
     settings = QualitySettings(tokens=args.tokens, n_ctx=args.ctx, threads=args.threads)
-    report = evaluate_quality(args.reference, args.candidates, _corpus(args.corpus), settings)
+    report = evaluate_quality(files[0][0], [path for path, _ in files[1:]], _corpus(args.corpus), settings)
+    for row, name, (_, manifest) in zip(report.models, names, files, strict=True):
+        row.model = name if manifest is not None else row.model  # a reference reads better than a blob path
     print(table(report))
     _write(args.json, json.dumps(report.to_json(), indent=2) + "\n")
     _write(args.markdown, markdown(report))
+    _record(store, report, files)
     return 0
+
+
+def _record(store: "LocalStore", report: "QualityReport", files: list[ModelFile]) -> None:
+    """Each candidate given as a packed variant keeps its results in its manifest."""
+    from cirrus.evals.quality import evaluation_summary
+
+    reference = report.models[0].model
+    for row, (_, manifest) in zip(report.models[1:], files[1:], strict=True):
+        if manifest is not None:
+            store.set_evaluation(
+                manifest.model_id, manifest.quantization, evaluation_summary(report, row, reference)
+            )
+            print(f"recorded the evaluation in the manifest of {manifest.ref}", file=sys.stderr)
 
 
 def cmd_context(args: argparse.Namespace) -> int:

@@ -175,3 +175,13 @@ def evaluate_quality(
         measure = _embedding if embedding else _generation
         report.models = measure(files, corpus, settings, Path(workdir), progress)
     return report
+
+
+MANIFEST_SKIPS = frozenset({"model", "role", "architecture", "quantization", "size_bytes"})
+
+
+def evaluation_summary(report: QualityReport, row: ModelQuality, reference: str) -> dict[str, Any]:
+    """What a packed variant's manifest keeps of one candidate's row (the manifest already says the rest)."""
+    measured = {k: v for k, v in asdict(row).items() if k not in MANIFEST_SKIPS and v is not None}
+    context = {"corpus": report.corpus, "settings": report.settings, "machine": report.machine}
+    return {"tool": "cirrus eval quality", "date": report.date, "reference": reference, **measured, **context}

@@ -52,7 +52,9 @@ class PromptBuilder:
         bos = self._model.token_text(self._model.bos())
         return self._model.tokenize(prompt, add_special=not (bos and prompt.startswith(bos)))
 
-    def _render_family(self, chat_format: Family, inputs: GenerationInput, messages: list[dict[str, Any]]) -> str:
+    def _render_family(
+        self, chat_format: Family, inputs: GenerationInput, messages: list[dict[str, Any]]
+    ) -> str:
         """The model's own template first; the family's when the model has none or its own fails to render."""
         tools, thinking = list(inputs.tools) if inputs.tools else None, inputs.enable_thinking
         if self._template:

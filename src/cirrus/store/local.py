@@ -11,15 +11,20 @@ from typing import Any
 from cirrus.config import Settings
 from cirrus.store.atomic import write_bytes_atomic
 from cirrus.store.blobs import BlobNotFound, BlobStore
-from cirrus.store.manifest import Manifest, ManifestError, split_ref
+from cirrus.store.manifest import Manifest, ManifestError, parse_ref
 
 
 class ManifestNotFound(ManifestError, LookupError):
     pass
 
 
+def store_root(cache_dir: Path) -> Path:
+    """Where the store lives inside a cache folder (`cirrus pack`, `cirrus pull` and the server agree on it)."""
+    return cache_dir / "store"
+
+
 def default_store_root(settings: Settings) -> Path:
-    return settings.cache_dir / "store"
+    return store_root(settings.cache_dir)
 
 
 class LocalStore:
@@ -67,7 +72,7 @@ class LocalStore:
             if not path.is_file():
                 raise ManifestNotFound(f"{ref}: no such manifest file (or give @cf/org/name:QUANT)")
             return Manifest.from_json(path.read_text(), ref)
-        return self.get(*split_ref(ref))
+        return self.get(*parse_ref(ref))
 
     def manifests(self, model_id: str | None = None) -> list[Manifest]:
         folder = self._manifests.joinpath(*model_id.split("/")) if model_id else self._manifests

@@ -5,12 +5,14 @@ fills it in.
 """
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MODEL_ID_PATTERN = r"^@[a-z0-9_-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+QUANTIZATION_PATTERN = r"^[A-Z0-9_]+$"
 ManifestTask = Literal["text-generation", "text-embeddings"]
 
 
@@ -100,3 +102,14 @@ def split_ref(ref: str) -> tuple[str, str]:
     if not sep or not model_id or not quantization:
         raise ManifestError(f"not a model reference: {ref!r} (expected @cf/org/name:QUANT, e.g. ...:Q8_0)")
     return model_id, quantization.upper()
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """`split_ref`, refusing what could not name a manifest: a bad model id, a `..` segment, a bad quantization."""
+    model_id, quantization = split_ref(ref)
+    segments = model_id.split("/")
+    if not re.fullmatch(MODEL_ID_PATTERN, model_id) or any(part in (".", "..") for part in segments):
+        raise ManifestError(f"not a model reference: {ref!r} (the model id must look like @cf/org/name)")
+    if not re.fullmatch(QUANTIZATION_PATTERN, quantization):
+        raise ManifestError(f"not a model reference: {ref!r} ({quantization!r} is not a quantization name)")
+    return model_id, quantization

@@ -14,7 +14,9 @@ MIB = 1024 * 1024
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     push = commands.add_parser("push", help="push a GGUF to an OCI registry as a model artifact")
-    push.add_argument("path", type=Path, help="the .gguf file")
+    push.add_argument(
+        "path", help="the .gguf file, or a packed variant of the local store: @cf/org/name:QUANT"
+    )
     push.add_argument("reference", help="where to push it, e.g. 127.0.0.1:5000/models/smollm2:q4_1")
     push.add_argument("--manifest", help="artifact manifest fields: a JSON file, or inline JSON")
     _insecure_option(push)
@@ -37,26 +39,42 @@ def cmd_push(args: argparse.Namespace) -> int:
 
     try:
         reference = Reference.parse(args.reference)
-        if not args.path.is_file():
-            raise InvalidArtifact(f"{args.path} is not a file")
-        artifact = describe_gguf(args.path, _manifest_fields(args.manifest))
-        push(args.path, reference, artifact, args.insecure)
+        path, packed = _source(args.path)
+        if not path.is_file():
+            raise InvalidArtifact(f"{path} is not a file")
+        artifact = describe_gguf(path, packed | _manifest_fields(args.manifest))
+        push(path, reference, artifact, args.insecure)
     except RegistryError as exc:
         return _fail(exc)
     print(f"pushed {reference} ({artifact['digest']}, {artifact['size'] / MIB:.1f} MiB)")
     return 0
 
 
+def _source(text: str) -> tuple[Path, dict[str, Any]]:
+    """The GGUF to push and the manifest fields known for it: a packed variant's whole manifest, else none."""
+    if not text.startswith("@"):
+        return Path(text), {}
+    from cirrus.store.exchange import packed_source
+    from cirrus.store.local import LocalStore
+
+    return packed_source(LocalStore.from_settings(Settings()), text)
+
+
 def cmd_pull(args: argparse.Namespace) -> int:
+    from cirrus.store.exchange import record_pulled
+    from cirrus.store.local import LocalStore
     from cirrus.store.oci import RegistryError
     from cirrus.store.pull import Puller
 
-    puller = Puller(Settings().cache_dir / "store")
+    store = LocalStore.from_settings(Settings())
     try:
-        pulled = asyncio.run(puller.pull(args.reference, args.insecure))
+        pulled = asyncio.run(Puller(store.root).pull(args.reference, args.insecure))
     except RegistryError as exc:
         return _fail(exc)
     print(f"pulled {pulled.reference} ({pulled.digest}) to {pulled.path}")
+    recorded = record_pulled(store, pulled)
+    if recorded is not None:
+        print(f"recorded as {recorded.ref} in {store.root}")
     return 0
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cirrus.catalog import ModelSpec
+from cirrus.errors import ModelNotInstalled
 from cirrus.families import Family, family, family_of_template
 from cirrus.store.gguf import read_metadata
 
@@ -17,13 +18,26 @@ class ArtifactPaths(Protocol):
     async def artifact_path(self, spec: ModelSpec) -> Path: ...
 
 
-async def model_family(spec: ModelSpec, launcher: ArtifactPaths) -> Family | None:
+class Specs(Protocol):
+    def get(self, model_id: str) -> ModelSpec: ...
+
+
+async def model_family(spec: ModelSpec, launcher: ArtifactPaths, catalog: Specs) -> Family | None:
+    """A model that is not installed answers through its fallbacks, which share its task and catalog family
+    (checked when the catalog loads): the first one whose file is there names the family."""
     if spec.family is not None:
         return family(spec.family)
     if spec.chat_template is not None:
         return family_of_template(spec.chat_template)
-    path = await launcher.artifact_path(spec)  # what a cold start fetches anyway; cached per model
-    return await asyncio.to_thread(_gguf_family, str(path), path.stat().st_mtime_ns)
+    for candidate in (spec, *(catalog.get(model) for model in spec.fallbacks)):
+        try:
+            path = await launcher.artifact_path(
+                candidate
+            )  # what a cold start fetches anyway; cached per model
+        except ModelNotInstalled:
+            continue
+        return await asyncio.to_thread(_gguf_family, str(path), path.stat().st_mtime_ns)
+    return None  # nothing installed: the request fails with the model's own 5007 when it starts
 
 
 @lru_cache(maxsize=64)

@@ -74,7 +74,7 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
         raise InvalidInput(f"'{where}' must be an object", param=where)
     if tool.get("type", "function") != "function":
         raise InvalidInput(f"'{where}.type' must be \"function\"", param=f"{where}.type")
-    function = tool["function"] if "function" in tool else tool
+    function = tool.get("function", tool)
     where = f"{where}.function" if "function" in tool else where
     if not isinstance(function, Mapping):
         raise InvalidInput(f"'{where}' must be an object", param=where)
@@ -117,7 +117,7 @@ def _tool_choice(choice: Any, tools: tuple[dict[str, Any], ...]) -> ToolChoice:
     name = _named(choice)
     if name is None:
         raise InvalidInput(
-            "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+            '\'tool_choice\' must be "none", "auto", "required" or '
             '{"type": "function", "function": {"name": ...}}',
             param="tool_choice",
         )
@@ -126,7 +126,9 @@ def _tool_choice(choice: Any, tools: tuple[dict[str, Any], ...]) -> ToolChoice:
     if not tools:
         raise InvalidInput(f"'tool_choice' is {name!r} but no 'tools' were sent", param="tool_choice")
     if name != "required" and name not in {t["function"]["name"] for t in tools}:
-        raise InvalidInput(f"'tool_choice' names the function {name!r}, which 'tools' does not list", "tool_choice")
+        raise InvalidInput(
+            f"'tool_choice' names the function {name!r}, which 'tools' does not list", param="tool_choice"
+        )
     return name
 
 
@@ -152,12 +154,14 @@ def json_format(response_format: Any) -> JsonFormat | None:
         return JsonFormat("json_object")
     if kind != "json_schema":
         raise InvalidInput(
-            "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"",
+            '\'response_format.type\' must be "text", "json_object" or "json_schema"',
             param="response_format.type",
         )
     wrapper = response_format.get("json_schema")
     if not isinstance(wrapper, Mapping):
-        raise InvalidInput("'response_format.json_schema' must be an object", param="response_format.json_schema")
+        raise InvalidInput(
+            "'response_format.json_schema' must be an object", param="response_format.json_schema"
+        )
     openai_shape = "schema" in wrapper or "name" in wrapper  # neither is a JSON schema keyword
     schema = wrapper.get("schema", {"type": "object"}) if openai_shape else wrapper
     where = "response_format.json_schema.schema" if openai_shape else "response_format.json_schema"
@@ -169,5 +173,6 @@ def _thinking(value: Any) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     raise InvalidInput(
-        "'chat_template_kwargs.enable_thinking' must be true or false", param="chat_template_kwargs.enable_thinking"
+        "'chat_template_kwargs.enable_thinking' must be true or false",
+        param="chat_template_kwargs.enable_thinking",
     )

@@ -53,7 +53,7 @@ def plan_chat(
 ) -> ChatPlan:
     """`messages`, or a `prompt` that the chat template wraps as one user turn."""
     _check_combinations(family, options)
-    chat = list(messages) if messages is not None else [{"role": "user", "content": prompt}]
+    chat = [dict(m) for m in messages] if messages is not None else [{"role": "user", "content": prompt}]
     _check_conversation(family, chat)
     thinking = False if options.json_format and family and family.thinking_switch else options.enable_thinking
     grammar = _grammar(family, options)
@@ -85,14 +85,18 @@ def _check_combinations(family: Family | None, options: ChatOptions) -> None:
     if options.json_format is None:
         return
     if options.stream:
-        raise InvalidInput("JSON mode (response_format) cannot be streamed: send stream false", "stream")
+        raise InvalidInput(
+            "JSON mode (response_format) cannot be streamed: send stream false", param="stream"
+        )
     if options.calls_tools:
         raise InvalidInput(
-            "JSON mode (response_format) and tools cannot be combined: send tool_choice \"none\" or leave one out",
+            'JSON mode (response_format) and tools cannot be combined: send tool_choice "none" or leave one out',
             param="response_format",
         )
     if options.enable_thinking:
-        raise InvalidInput(f"JSON mode (response_format) needs thinking off: leave out '{THINKING}'", THINKING)
+        raise InvalidInput(
+            f"JSON mode (response_format) needs thinking off: leave out '{THINKING}'", param=THINKING
+        )
 
 
 def _check_conversation(family: Family | None, messages: list[dict[str, Any]]) -> None:

@@ -7,7 +7,7 @@ A call is one JSON object, `{"name": ..., "arguments": {...}}`, written as the w
   answer that begins with "{" is therefore the call.
 Earlier turns are rewritten the same way, so the templates of these models (which know no tool roles; Gemma's
 insists that user and model turns alternate) can render them: an assistant's calls become its text, as the JSON
-it would have written, and a tool's result becomes a user turn, joined to the user turn before it.
+it would have written, and a tool's result becomes a user turn; consecutive user turns are joined into one.
 """
 
 import json
@@ -26,7 +26,7 @@ from cirrus.families.toolcalls import (
 )
 
 _ROOT = re.compile(r"^root ::=", re.MULTILINE)
-PLAIN_TEXT = 'root ::= tool-call | plain-text\nplain-text ::= [^{ \\t\\n\\r] [^\\x00]*\n'
+PLAIN_TEXT = "root ::= tool-call | plain-text\nplain-text ::= [^{ \\t\\n\\r] [^\\x00]*\n"
 
 
 def tools_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
@@ -56,7 +56,7 @@ def prompted_messages(
     names: dict[str, str] = {}
     for message in messages:
         turn = _turn(message, names)
-        if turn["role"] == "user" and rewritten and rewritten[-1]["role"] == "user" and message["role"] == "tool":
+        if turn["role"] == "user" and rewritten and rewritten[-1]["role"] == "user":
             rewritten[-1] = {**rewritten[-1], "content": f"{rewritten[-1]['content']}\n\n{turn['content']}"}
         else:
             rewritten.append(turn)

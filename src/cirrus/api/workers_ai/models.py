@@ -22,7 +22,7 @@ TASKS = {
 def model_record(entry: CatalogEntry) -> dict[str, Any]:
     spec = entry.spec
     name, description = TASKS[spec.task]
-    properties = {
+    properties: dict[str, object] = {
         "context_window": spec.context_window,
         "max_tokens_default": spec.max_tokens_default,
         "price_input_per_million": spec.pricing.input_per_million,
@@ -30,6 +30,13 @@ def model_record(entry: CatalogEntry) -> dict[str, Any]:
         "installed": entry.installed,
         "pinned": spec.pinned,
     }
+    described = {
+        "family": spec.family,
+        "architecture": spec.architecture,
+        "parameters_billions": spec.parameters,
+        "active_parameters_billions": spec.active_parameters,
+    }
+    properties.update({key: value for key, value in described.items() if value is not None})
     return {
         "id": str(uuid.uuid5(uuid.NAMESPACE_URL, spec.id)),
         "name": spec.id,

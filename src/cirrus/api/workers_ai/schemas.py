@@ -1,10 +1,12 @@
 """Workers AI inputs (text generation, text embeddings), with the ranges Workers AI documents, and the result
 envelope."""
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cirrus.api.chat.options import ChatOptions, chat_options
 from cirrus.api.embeddings import texts_of
 from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
 from cirrus.api.options import GenerationOptions
@@ -15,10 +17,25 @@ MAX_PROMPT_CHARS = 131072
 
 
 class ChatMessage(BaseModel):
+    """`content` may be null on an assistant turn that only calls tools. Tool calls come in Workers AI's shape,
+    `{"name", "arguments"}` (an optional `id`), or OpenAI's; a tool result names its call by `tool_call_id`, or
+    by `name` (the latest call of that function)."""
+
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "tool"]
-    content: str = Field(max_length=MAX_PROMPT_CHARS)
+    content: str | None = Field(default=None, max_length=MAX_PROMPT_CHARS)
+    tool_calls: list[Any] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _content_unless_calling(self) -> "ChatMessage":
+        if self.content is None and not self.tool_calls:
+            raise ValueError(
+                "'content' is required (it may be null only on an assistant turn with tool_calls)"
+            )
+        return self
 
 
 class TextGenerationInput(GenerationOptions):
@@ -27,6 +44,10 @@ class TextGenerationInput(GenerationOptions):
     prompt: str | None = Field(default=None, min_length=1, max_length=MAX_PROMPT_CHARS)
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
     raw: bool = Field(default=False, strict=True)
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> "TextGenerationInput":
@@ -34,12 +55,65 @@ class TextGenerationInput(GenerationOptions):
             raise ValueError("send either 'prompt' or 'messages', not both")
         if self.prompt is None and self.messages is None:
             raise ValueError("'prompt' or 'messages' is required")
+        if self.raw and (self.tools or self.response_format or self.chat_template_kwargs):
+            raise ValueError("a raw prompt takes no tools, response_format or chat_template_kwargs")
         return self
 
     def generation_input(self, default_max_tokens: int) -> GenerationInput:
+        """The input without chat features (tools, JSON mode, families): a raw prompt on the /ai/run route, and
+        every request of the embedded SDK, which does not plan chats (`api/chat/plan.py` does, for the routes)."""
         messages = tuple(m.model_dump(exclude_none=True) for m in self.messages) if self.messages else None
         sampling = self.sampling(default_max_tokens)
         return GenerationInput(prompt=self.prompt, messages=messages, raw=self.raw, sampling=sampling)
+
+    def chat_messages(self) -> list[dict[str, Any]] | None:
+        return openai_messages(self.messages) if self.messages is not None else None
+
+    def chat_options(self) -> ChatOptions:
+        thinking = (self.chat_template_kwargs or {}).get("enable_thinking")
+        return chat_options(self.tools, self.tool_choice, self.response_format, thinking, self.stream)
+
+
+def openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Workers AI's messages in OpenAI's shape (what the chat layer reads); calls without ids get one."""
+    converted: list[dict[str, Any]] = []
+    latest: dict[str, str] = {}  # function name -> id of its latest call
+    for index, message in enumerate(messages):
+        turn = {**message.model_dump(exclude_none=True), "content": message.content or ""}
+        if message.tool_calls:
+            turn["tool_calls"] = [
+                _openai_call(c, f"call_{index}_{n}") for n, c in enumerate(message.tool_calls)
+            ]
+            latest.update((c["function"]["name"], c["id"]) for c in turn["tool_calls"] if _is_named_call(c))
+        if message.role == "tool" and message.tool_call_id is None and message.name in latest:
+            turn["tool_call_id"] = latest[message.name]
+        converted.append(turn)
+    return converted
+
+
+def _openai_call(call: Any, default_id: str) -> Any:
+    if not isinstance(call, dict) or "function" in call or "name" not in call:
+        return {"id": default_id, **call} if isinstance(call, dict) and "id" not in call else call
+    arguments = call.get("arguments", {})
+    return {
+        "id": call.get("id") or default_id,
+        "type": "function",
+        "function": {
+            "name": call["name"],
+            "arguments": arguments
+            if isinstance(arguments, str)
+            else json.dumps(arguments, ensure_ascii=False),
+        },
+    }
+
+
+def _is_named_call(call: Any) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    return (
+        isinstance(function, dict)
+        and isinstance(function.get("name"), str)
+        and isinstance(call.get("id"), str)
+    )
 
 
 class TextEmbeddingsInput(BaseModel):
