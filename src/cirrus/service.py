@@ -3,7 +3,7 @@ release."""
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -33,6 +33,17 @@ class Completion:
     usage: Usage
     cold_start: bool
     queue_s: float
+
+
+async def collect(events: AsyncIterable[GenerationEvent], cold_start: bool, queue_s: float) -> Completion:
+    """The whole answer of a stream of events."""
+    parts: list[str] = []
+    async for event in events:
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+        else:
+            return Completion("".join(parts), event.finish_reason, event.usage, cold_start, queue_s)
+    raise RuntimeError("generation ended without a finish event")
 
 
 @dataclass
@@ -76,15 +87,7 @@ class Generation:
         self.lease.release(self._keep_alive_s)
 
     async def collect(self) -> Completion:
-        parts: list[str] = []
-        async for event in self:
-            if isinstance(event, TextDelta):
-                parts.append(event.text)
-            else:
-                return Completion(
-                    "".join(parts), event.finish_reason, event.usage, self.cold_start, self.lease.queue_s
-                )
-        raise RuntimeError("generation ended without a finish event")
+        return await collect(self, self.cold_start, self.lease.queue_s)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from cirrus.errors import CirrusError
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
-from cirrus.service import Completion
+from cirrus.service import Completion, collect
 
 EndHook = Callable[[Finished | None, CirrusError | None, str], None]
 
@@ -34,14 +34,7 @@ class Answer:
             await self._close()
 
     async def collect(self) -> Completion:
-        parts: list[str] = []
-        async for event in self:
-            if isinstance(event, TextDelta):
-                parts.append(event.text)
-            else:
-                text = "".join(parts)
-                return Completion(text, event.finish_reason, event.usage, self.cold_start, self.queue_s)
-        raise RuntimeError("an answer ended without a finish event")
+        return await collect(self, self.cold_start, self.queue_s)
 
 
 async def observed(

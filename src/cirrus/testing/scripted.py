@@ -35,7 +35,7 @@ from cirrus.testing.scripts import (
     WEATHER_CALL,
     WEATHER_TOOL,
 )
-from cirrus.testing.synthetic import WEIGHT_SCALE, architecture
+from cirrus.testing.synthetic import WEIGHT_SCALE, architecture, write_gguf
 from cirrus.testing.vocab import TOKEN_FAMILIES, TokenFamily, Vocabulary, byte_alphabet, vocabulary
 
 __all__ = [
@@ -80,7 +80,9 @@ def write_scripted(arch: str, path: Path, *, template: str, script: Sequence[str
     rng = np.random.default_rng(seed)
     weights = bigram_weights(successor, len(vocab.tokens), width, rng)
     check_margins(weights, successor, np.ones(width), RMS_EPS)
-    _write(spec, path, vocab, template, _tensors(spec, len(vocab.tokens), weights, rng))
+    description = f"a bigram machine shaped like {spec.describes} that writes one fixed script"
+    tensors = _tensors(spec, len(vocab.tokens), weights, rng)
+    write_gguf(path, spec, vocab, f"cirrus-scripted-{spec.name}", description, template, tensors)
     return path
 
 
@@ -177,26 +179,3 @@ def _values(tensor: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     if tensor.kind == "bias":
         return (0.01 * noise).astype(np.float32)
     return (WEIGHT_SCALE * noise).astype(matrix_type)
-
-
-def _write(
-    spec: Architecture,
-    path: Path,
-    vocab: Vocabulary,
-    template: str,
-    tensors: Iterator[tuple[str, np.ndarray]],
-) -> None:
-    writer = gguf.GGUFWriter(str(path), spec.arch)
-    writer.add_name(f"cirrus-scripted-{spec.name}")
-    writer.add_description(f"a bigram machine shaped like {spec.describes} that writes one fixed script")
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_vocab_size(len(vocab.tokens))
-    spec.metadata(writer)
-    vocab.write(writer)
-    writer.add_chat_template(template)
-    for name, values in tensors:
-        writer.add_tensor(name, values)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()

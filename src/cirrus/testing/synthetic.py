@@ -4,13 +4,14 @@ They prove the plumbing (loading, the tokenizer's special tokens, the chat templ
 the quality: what they generate is random text. The same arguments write the same bytes.
 """
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import gguf
 import numpy as np
 
 from cirrus.testing.architectures import ARCHITECTURES, Architecture, TensorSpec
-from cirrus.testing.vocab import TOKEN_FAMILIES, vocabulary
+from cirrus.testing.vocab import TOKEN_FAMILIES, Vocabulary, vocabulary
 
 WEIGHT_SCALE = 0.05
 
@@ -32,23 +33,38 @@ def write_synthetic(arch: str, path: Path, *, template: str | None, seed: int = 
     `tokenizer.chat_template` (none when None). Returns `path`."""
     spec = architecture(arch)
     vocab = vocabulary(TOKEN_FAMILIES[spec.tokens])
+    rng = np.random.default_rng(seed)
+    tensors = ((tensor.name, _values(tensor, rng)) for tensor in spec.tensors(len(vocab.tokens)))
+    description = f"random weights shaped like {spec.describes}; proves plumbing, not quality"
+    write_gguf(path, spec, vocab, f"cirrus-synthetic-{spec.name}", description, template, tensors)
+    return path
+
+
+def write_gguf(
+    path: Path,
+    spec: Architecture,
+    vocab: Vocabulary,
+    name: str,
+    description: str,
+    template: str | None,
+    tensors: Iterable[tuple[str, np.ndarray]],
+) -> None:
+    """One GGUF file: the architecture's metadata, the vocabulary, the template, then the tensors in order."""
     writer = gguf.GGUFWriter(str(path), spec.arch)
-    writer.add_name(f"cirrus-synthetic-{spec.name}")
-    writer.add_description(f"random weights shaped like {spec.describes}; proves plumbing, not quality")
+    writer.add_name(name)
+    writer.add_description(description)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     writer.add_vocab_size(len(vocab.tokens))
     spec.metadata(writer)
     vocab.write(writer)
     if template is not None:
         writer.add_chat_template(template)
-    rng = np.random.default_rng(seed)
-    for tensor in spec.tensors(len(vocab.tokens)):
-        writer.add_tensor(tensor.name, _values(tensor, rng))
+    for tensor_name, values in tensors:
+        writer.add_tensor(tensor_name, values)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
 
 
 def _values(
