@@ -20,6 +20,7 @@ from cirrus.config import Settings
 from cirrus.evals.cli import register as register_evals
 from cirrus.metering.cli import register as register_usage
 from cirrus.pack.cli import register as register_pack
+from cirrus.store.oci import RegistryError
 from cirrus.store.registry_cli import register as register_registry
 
 DEFAULT_URL = "http://127.0.0.1:8787"
@@ -64,7 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         platform = Platform(settings)
-    except CatalogError as exc:
+    except (CatalogError, RegistryError) as exc:
         print(f"cirrus: {exc}", file=sys.stderr)
         return 2
     installed = [e.spec.id for e in platform.catalog.entries() if e.installed]

@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_BUDGET_FRACTION = 0.8
@@ -62,6 +62,13 @@ class Settings(BaseSettings):
     )
     metrics_token_required: bool = False
     log_prompts: bool = False
+
+    # Pulling from and pushing to OCI registries that want credentials (else ~/.docker/config.json's are used).
+    registry_username: str | None = None
+    registry_password: SecretStr | None = Field(default=None, description="a password or an access token")
+    registry_host: str | None = Field(
+        default=None, description="send the registry credentials only to this host (default: any that asks)"
+    )
 
     def database_url(self) -> str:
         return self.database or str(self.state_dir / "cirrus.db")

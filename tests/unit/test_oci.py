@@ -127,3 +127,9 @@ def test_catalog_accepts_an_oci_artifact_and_refuses_a_bad_reference() -> None:
         ArtifactRef(oci="not a reference")
     with pytest.raises(ValidationError, match="exactly one of"):
         ArtifactRef(oci="127.0.0.1:5000/m:t", path="/x.gguf")
+
+
+def test_docker_hub_names_reach_its_registry_api_host() -> None:
+    assert Reference.parse("docker.io/ai/smollm2:latest").base_url() == "https://registry-1.docker.io"
+    assert Reference.parse("ghcr.io/org/model:q4").base_url() == "https://ghcr.io"
+    assert Reference.parse("127.0.0.1:5000/models/x:q4").base_url() == "http://127.0.0.1:5000"

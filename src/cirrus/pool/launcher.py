@@ -20,6 +20,7 @@ from cirrus.runtime.spares import SpareWorkers
 from cirrus.store.gguf import read_metadata
 from cirrus.store.oci import RegistryError
 from cirrus.store.pull import Puller
+from cirrus.store.registry_credentials import CredentialStore
 
 
 def readahead(path: Path) -> None:
@@ -39,7 +40,8 @@ class ProcessLauncher:
         self._paths: dict[str, Path] = {}
         self._text_tokens: dict[str, int] = {}  # embeddings models: the most tokens one text may have
         self.spares = SpareWorkers(settings.spare_workers, settings.spare_heap_bytes)
-        self._puller = Puller(catalog.cache_dir / "store")
+        # Registry credentials: CIRRUS_REGISTRY_USERNAME/PASSWORD, else the user's Docker config.
+        self._puller = Puller(catalog.cache_dir / "store", CredentialStore.from_settings(settings))
 
     async def artifact_path(self, spec: ModelSpec) -> Path:
         if spec.id not in self._paths:

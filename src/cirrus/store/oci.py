@@ -83,12 +83,18 @@ class Reference:
         return f"/v2/{self.repository}/blobs/{digest}"
 
     def base_url(self, insecure: bool = False) -> str:
-        return f"{'http' if insecure or is_loopback(self.registry) else 'https'}://{self.registry}"
+        host = DOCKER_HUB_API if self.registry in DOCKER_HUB_NAMES else self.registry
+        return f"{'http' if insecure or is_loopback(self.registry) else 'https'}://{host}"
 
     def __str__(self) -> str:
         tag = f":{self.tag}" if self.tag else ""
         digest = f"@{self.digest}" if self.digest else ""
         return f"{self.registry}/{self.repository}{tag}{digest}"
+
+
+# `docker.io/library/x` names Docker Hub, whose registry API answers on another host.
+DOCKER_HUB_NAMES = frozenset({"docker.io", "index.docker.io"})
+DOCKER_HUB_API = "registry-1.docker.io"
 
 
 def is_loopback(registry: str) -> bool:

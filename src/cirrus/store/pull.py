@@ -7,6 +7,9 @@ keeps its partial file, and the next pull asks the registry only for the rest, w
 
 Beside the blobs, `oci/<registry>/<repository>/<tag or digest>.json` keeps the manifest a reference last
 resolved to, so a cached model is found without the network.
+
+A registry that answers 401 is answered by `cirrus.store.registry_auth` (anonymous or credentialed bearer
+tokens, or HTTP Basic), with the credentials the Puller was given.
 """
 
 import asyncio
@@ -34,6 +37,8 @@ from cirrus.store.oci import (
     config_descriptor,
     gguf_layer,
 )
+from cirrus.store.registry_auth import RegistryAuth, TokenCache
+from cirrus.store.registry_credentials import CredentialStore, default_docker_config
 
 CHUNK_BYTES = 1 << 20
 MAX_MANIFEST_BYTES = 4 << 20
@@ -66,10 +71,13 @@ def cached_model(store_root: Path, reference: Reference) -> Path | None:
 class Puller:
     """Pulls references into `store_root`; concurrent pulls of one reference share a single download."""
 
-    def __init__(self, store_root: Path) -> None:
+    def __init__(self, store_root: Path, credentials: CredentialStore | None = None) -> None:
+        """`credentials` default to the Docker config's; `CredentialStore.from_settings` adds Cirrus's own."""
         self.store_root = store_root
         self._store = BlobStore(store_root)
         self._flights: dict[str, asyncio.Task[PulledModel]] = {}
+        self._credentials = credentials or CredentialStore(docker_config=default_docker_config())
+        self._tokens = TokenCache()
 
     async def fetch(self, reference: str, insecure: bool = False) -> Path:
         """The cached GGUF for a reference, pulling it first if it is not cached."""
@@ -95,7 +103,11 @@ class Puller:
 
     async def _pull(self, ref: Reference, insecure: bool) -> PulledModel:
         base = ref.base_url(insecure)
-        async with httpx.AsyncClient(base_url=base, timeout=TIMEOUT, follow_redirects=True) as client:
+        credentials = self._credentials.for_registry(ref.registry)
+        auth = RegistryAuth(ref.registry, ref.repository, credentials, self._tokens, str(ref))
+        async with httpx.AsyncClient(
+            base_url=base, timeout=TIMEOUT, follow_redirects=True, auth=auth
+        ) as client:
             try:
                 raw, manifest = await _fetch_manifest(client, ref)
                 config_blob = await _fetch_blob(client, ref, config_descriptor(manifest), self._store)
@@ -145,10 +157,6 @@ def _raise_for_status(response: httpx.Response, ref: Reference, what: str) -> No
         return
     if response.status_code == 404:
         raise ReferenceNotFound(f"{ref}: the registry has no such {what} (HTTP 404)")
-    if response.status_code in (401, 403):
-        raise RegistryError(
-            f"{ref}: the registry wants credentials (HTTP {response.status_code}); not supported"
-        )
     raise NotARegistry(f"{ref}: the registry answered HTTP {response.status_code} for the {what}")
 
 

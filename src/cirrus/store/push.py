@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import oras.auth  # type: ignore[import-untyped]
+import oras.auth.utils  # type: ignore[import-untyped]
 import oras.client  # type: ignore[import-untyped]
 import requests
 
@@ -21,6 +23,8 @@ from cirrus.store.oci import (
     RegistryUnreachable,
     model_config,
 )
+from cirrus.store.registry_auth import HOW_TO_LOG_IN, AccessDenied
+from cirrus.store.registry_credentials import Credentials
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -67,11 +71,22 @@ def check_registry(reference: Reference, insecure: bool) -> None:
         raise NotARegistry(f"{url} answered HTTP {response.status_code} but not as an OCI registry")
 
 
-def push(gguf: Path, reference: Reference, artifact: dict[str, Any], insecure: bool = False) -> None:
-    """Upload the GGUF layer, the model config and the manifest. `artifact` comes from `describe_gguf`."""
+def push(
+    gguf: Path,
+    reference: Reference,
+    artifact: dict[str, Any],
+    insecure: bool = False,
+    credentials: Credentials | None = None,
+) -> None:
+    """Upload the GGUF layer, the model config and the manifest. `artifact` comes from `describe_gguf`.
+
+    Without `credentials`, oras answers a registry's 401 with the Docker config's (helpers included), else
+    anonymously.
+    """
     check_registry(reference, insecure)
     plain_http = reference.base_url(insecure).startswith("http:")
     client = oras.client.OrasClient(hostname=reference.registry, insecure=plain_http)
+    auth = _install_auth(client, plain_http, credentials)
     with tempfile.TemporaryDirectory(prefix="cirrus-push-") as folder:
         # A link with a plain name: oras splits "path:media-type" at a colon, and names the layer after the file.
         layer = Path(folder) / (gguf.name if ":" not in gguf.name else "model.gguf")
@@ -86,5 +101,60 @@ def push(gguf: Path, reference: Reference, artifact: dict[str, Any], insecure: b
                 disable_path_validation=True,
                 quiet=True,
             )
-        except (ValueError, requests.RequestException) as exc:
+        except _Refused:
+            raise AccessDenied(f"pushing {reference}: {_refusal(credentials)}") from None
+        except ValueError as exc:
+            if auth.last_status in (401, 403):  # a token came, but without the push it needs
+                raise AccessDenied(f"pushing {reference}: {_refusal(credentials)}") from None
             raise RegistryError(f"pushing {reference} failed: {exc}") from exc
+        except requests.RequestException as exc:
+            raise RegistryError(f"pushing {reference} failed: {exc}") from exc
+
+
+class _TokenAuth(oras.auth.TokenAuth):  # type: ignore[misc]
+    """oras's token backend, with three fixes: a challenge for another scope (push after a pull-only check)
+    gets a new token, where oras would resend the one it has; a Basic challenge gets the credentials; and a 401
+    it has no answer to fails at once."""
+
+    _token_scope: str | None = None
+    last_status: int | None = None  # of the last response the session received, to tell a refusal apart
+
+    def record(self, response: requests.Response, *args: object, **kwargs: object) -> None:
+        self.last_status = response.status_code
+
+    def authenticate_request(
+        self, original: requests.Response, headers: dict[str, str], refresh: bool = False
+    ) -> tuple[dict[str, str], bool]:
+        challenge = original.headers.get("Www-Authenticate", "")
+        if challenge.lower().startswith("basic") and getattr(self, "_basic_auth", None):
+            return {**headers, "Authorization": f"Basic {self._basic_auth}"}, True  # oras would want a token
+        scope = oras.auth.utils.parse_auth_header(challenge).scope
+        if scope != self._token_scope:
+            refresh, self._token_scope = True, scope
+        headers, changed = super().authenticate_request(original, headers, refresh)
+        if not changed:  # oras's retry decorator would try four more times, for about two minutes
+            raise _Refused()
+        return headers, changed
+
+
+class _Refused(oras.auth.AuthenticationException):  # type: ignore[misc]
+    """Raised from inside oras, which lets this exception class through its retries."""
+
+
+def _install_auth(client: Any, plain_http: bool, credentials: Credentials | None) -> _TokenAuth:
+    """Install a `_TokenAuth` on an oras client, set up as `oras.auth.get_auth_backend` sets up its own."""
+    auth = _TokenAuth()
+    auth.session, auth.prefix, auth._tls_verify = client.session, "http" if plain_http else "https", True
+    if credentials is not None:
+        auth.set_basic_auth(credentials.username, credentials.password)
+        # oras loads the Docker config on push (when none is loaded), and its entry would replace ours.
+        auth._auth_config = {"auths": {}, "credsStore": None, "credHelpers": {}}
+    client.auth = auth
+    client.session.hooks["response"].append(auth.record)
+    return auth
+
+
+def _refusal(credentials: Credentials | None) -> str:
+    if credentials is None:
+        return f"the registry refused anonymous access or the Docker config's credentials; {HOW_TO_LOG_IN}"
+    return f"the registry refused the credentials from {credentials.source}"

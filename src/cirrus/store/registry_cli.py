@@ -3,11 +3,15 @@
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cirrus.config import Settings
+
+if TYPE_CHECKING:
+    from cirrus.store.registry_credentials import CredentialStore
 
 MIB = 1024 * 1024
 
@@ -20,10 +24,12 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     push.add_argument("reference", help="where to push it, e.g. 127.0.0.1:5000/models/smollm2:q4_1")
     push.add_argument("--manifest", help="artifact manifest fields: a JSON file, or inline JSON")
     _insecure_option(push)
+    _credential_options(push)
     push.set_defaults(handler=cmd_push)
     pull = commands.add_parser("pull", help="pull a model artifact from an OCI registry into the local cache")
     pull.add_argument("reference")
     _insecure_option(pull)
+    _credential_options(pull)
     pull.set_defaults(handler=cmd_pull)
 
 
@@ -33,17 +39,45 @@ def _insecure_option(command: argparse.ArgumentParser) -> None:
     )
 
 
+def _credential_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--username",
+        help="log in to the registry as this user, with the password or token read from standard input "
+        "(else CIRRUS_REGISTRY_USERNAME/CIRRUS_REGISTRY_PASSWORD, else ~/.docker/config.json, else anonymous)",
+    )
+    command.add_argument(
+        "--password-stdin", action="store_true", help="read the password for --username from standard input"
+    )
+
+
+def _credentials(args: argparse.Namespace) -> "CredentialStore":
+    from cirrus.store.registry_credentials import CredentialsError, CredentialStore
+
+    store = CredentialStore.from_settings(Settings())
+    if args.username is None and not args.password_stdin:
+        return store
+    if args.username is None or not args.password_stdin:
+        raise CredentialsError("--username and --password-stdin go together")
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise CredentialsError("--password-stdin read an empty password")
+    return store.with_login(args.username, password, "--username/--password-stdin")
+
+
 def cmd_push(args: argparse.Namespace) -> int:
     from cirrus.store.oci import InvalidArtifact, Reference, RegistryError
     from cirrus.store.push import describe_gguf, push
 
+    # oras logs what it cannot do before raising; the error printed below says it once, in one line.
+    logging.getLogger("oras").addHandler(logging.NullHandler())
     try:
         reference = Reference.parse(args.reference)
+        credentials = _credentials(args).for_registry(reference.registry)
         path, packed = _source(args.path)
         if not path.is_file():
             raise InvalidArtifact(f"{path} is not a file")
         artifact = describe_gguf(path, packed | _manifest_fields(args.manifest))
-        push(path, reference, artifact, args.insecure)
+        push(path, reference, artifact, args.insecure, credentials)
     except RegistryError as exc:
         return _fail(exc)
     print(f"pushed {reference} ({artifact['digest']}, {artifact['size'] / MIB:.1f} MiB)")
@@ -68,7 +102,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
     store = LocalStore.from_settings(Settings())
     try:
-        pulled = asyncio.run(Puller(store.root).pull(args.reference, args.insecure))
+        puller = Puller(store.root, _credentials(args))
+        pulled = asyncio.run(puller.pull(args.reference, args.insecure))
     except RegistryError as exc:
         return _fail(exc)
     print(f"pulled {pulled.reference} ({pulled.digest}) to {pulled.path}")
