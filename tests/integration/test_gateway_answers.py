@@ -13,6 +13,7 @@ import pytest
 from cirrus.guardrails import OutputFilter
 from tests.integration.conftest import Gateway
 from tests.integration.gateway import ABSENT, GUARDED, SMOLLM, bearer
+from tests.integration.server import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -129,8 +130,16 @@ def test_metrics_count_requests_cold_starts_and_refusals(gateway_sqlite: Gateway
 
 
 def _request_lines(gateway: Gateway, request_id: str) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for line in gateway.server.log().splitlines() if line.startswith("{")]
-    return [line for line in lines if line.get("request_id") == request_id and line["message"] == "request"]
+    """The request's log lines; the line is written as the response ends, so it may trail the answer a little."""
+
+    def lines() -> list[dict[str, Any]]:
+        parsed = [json.loads(line) for line in gateway.server.log().splitlines() if line.startswith("{")]
+        return [
+            line for line in parsed if line.get("request_id") == request_id and line["message"] == "request"
+        ]
+
+    wait_until(lambda: bool(lines()), timeout_s=10)
+    return lines()
 
 
 def test_one_json_log_line_per_request_carries_its_id_and_no_prompt(gateway_sqlite: Gateway) -> None:
