@@ -17,7 +17,7 @@ from cirrus.api.workers_ai.run import _chat_result, _stream_events
 from cirrus.api.workers_ai.schemas import TextGenerationInput
 from cirrus.errors import InvalidInput, JsonModeFailed
 from cirrus.families import ChatDelta, family
-from cirrus.runtime.params import GenerationInput, SamplingParams
+from cirrus.runtime.params import GenerationInput, SamplingParams, Usage
 
 TOOLS = [
     {
@@ -54,7 +54,8 @@ def test_glm_output_streamed_becomes_reasoning_and_a_tool_call_on_both_protocols
     stream, total = streamed(glm_plan(), GLM47_ANSWER, size)
     assert total.reasoning == "The user wants Oslo." and total.content == ""
     assert stream.finish_reason("stop") == "tool_calls"
-    assert 0 < stream.reasoning_tokens(30) < 30
+    assert 0 < stream.reasoning_tokens(Usage(10, 30)) < 30  # estimated: no count from the worker
+    assert stream.reasoning_tokens(Usage(10, 30, reasoning_tokens=7)) == 7
     openai_deltas = _deltas(total)
     assert openai_deltas[0] == {"reasoning_content": "The user wants Oslo."}
     call = openai_deltas[1]["tool_calls"][0]
@@ -70,7 +71,7 @@ def test_glm_output_streamed_becomes_reasoning_and_a_tool_call_on_both_protocols
 
 
 def test_glm_whole_answer_in_each_protocols_fields() -> None:
-    result = parse_whole(glm_plan(), GLM47_ANSWER, "stop", 30)
+    result = parse_whole(glm_plan(), GLM47_ANSWER, "stop", Usage(10, 30))
     message = _message(result)
     assert message["content"] is None and message["reasoning_content"] == "The user wants Oslo."
     assert message["tool_calls"][0]["function"]["arguments"] == '{"city": "Oslo"}'
@@ -93,7 +94,7 @@ def test_kimi_output_through_the_route_parser() -> None:
         "<think>Need it.</think>Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
         '<|tool_call_argument_begin|>{"city": "Oslo"}<|tool_call_end|><|tool_calls_section_end|>'
     )
-    result = parse_whole(plan, text, "stop", 20)
+    result = parse_whole(plan, text, "stop", Usage(10, 20))
     assert (result.reasoning, result.content) == ("Need it.", "Checking.")
     assert result.tool_calls[0].id == "functions.get_weather:0"
 
@@ -101,9 +102,9 @@ def test_kimi_output_through_the_route_parser() -> None:
 def test_json_mode_turns_glm_thinking_off_and_checks_the_answer() -> None:
     plan = glm_plan(tools=None, response_format={"type": "json_object"})
     assert plan.inputs.enable_thinking is False and plan.inputs.sampling.grammar
-    assert parse_whole(plan, '{"a": 1}', "stop", 5).json_value == {"a": 1}
+    assert parse_whole(plan, '{"a": 1}', "stop", Usage(10, 5)).json_value == {"a": 1}
     with pytest.raises(JsonModeFailed, match="JSON Mode couldn't be met"):
-        parse_whole(plan, '{"a": ', "length", 5)
+        parse_whole(plan, '{"a": ', "length", Usage(10, 5))
 
 
 @pytest.mark.parametrize(

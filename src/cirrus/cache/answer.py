@@ -32,6 +32,7 @@ class CachedAnswer:
             "prompt_tokens": self.usage.prompt_tokens,
             "completion_tokens": self.usage.completion_tokens,
             "cached_tokens": self.usage.cached_tokens,
+            "reasoning_tokens": self.usage.reasoning_tokens,
         }
         document = {
             "text": self.text,
@@ -57,7 +58,10 @@ def _from_document(document: dict[str, Any]) -> CachedAnswer:
         text=_str(document["text"]),
         finish_reason=_str(document["finish_reason"]),
         usage=Usage(
-            _int(usage["prompt_tokens"]), _int(usage["completion_tokens"]), _int(usage["cached_tokens"])
+            _int(usage["prompt_tokens"]),
+            _int(usage["completion_tokens"]),
+            _int(usage["cached_tokens"]),
+            _int(usage.get("reasoning_tokens", 0)),
         ),
         model=_str(document["model"]),
         created_at=_float(document["created_at"]),

@@ -62,6 +62,11 @@ class LlamaModel:
             raise LlamaError(f"tokenization needs {-count} tokens, more than the {capacity} expected")
         return list(buffer[:count])
 
+    def single_token(self, text: str) -> int | None:
+        """The token that is exactly `text` (a special marker such as `<think>`), or None."""
+        tokens = self.tokenize(text, False)
+        return tokens[0] if len(tokens) == 1 and self.token_text(tokens[0]) == text else None
+
     def piece(self, token: int) -> bytes:
         # special=True: a family's markers (<think>, <tool_call>, ...) are special tokens the output parsers
         # must see; end-of-generation tokens never get here (the scheduler stops on them by id).

@@ -65,6 +65,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    reasoning_tokens: int = 0  # completion tokens written between the model's thinking markers
 
     @property
     def total_tokens(self) -> int:

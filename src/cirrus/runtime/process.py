@@ -234,7 +234,10 @@ class WorkerProcess:
             return TextDelta(item["text"])
         if item["type"] == "finished":
             usage = Usage(
-                int(item["prompt_tokens"]), int(item["completion_tokens"]), int(item["cached_tokens"])
+                int(item["prompt_tokens"]),
+                int(item["completion_tokens"]),
+                int(item["cached_tokens"]),
+                int(item.get("reasoning_tokens", 0)),
             )
             return Finished(str(item["finish_reason"]), usage)
         raise _worker_error(item)

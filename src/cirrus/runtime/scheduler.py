@@ -17,7 +17,7 @@ from cirrus.runtime.llama import GrammarError, LlamaModel, Sampler
 from cirrus.runtime.params import GenerationInput
 from cirrus.runtime.prefix import Placement, place
 from cirrus.runtime.prompts import InputError, PromptBuilder
-from cirrus.runtime.sequence import Sequence
+from cirrus.runtime.sequence import ReasoningCounter, Sequence, ThinkingMarkers
 
 log = logging.getLogger(__name__)
 Send = Callable[[Frame], None]
@@ -50,6 +50,7 @@ class BatchScheduler:
         self._last_used: dict[int, float] = {}
         self._running: list[Sequence] = []
         self._waiting: deque[Frame] = deque()
+        self._thinking = _thinking_markers(model)
 
     @property
     def busy(self) -> bool:
@@ -105,7 +106,15 @@ class BatchScheduler:
                 budget,
                 cached=placement.reuse,
                 fed=placement.reuse,
+                reasoning=self._reasoning_counter(prompt),
             )
+        )
+
+    def _reasoning_counter(self, prompt: list[int]) -> ReasoningCounter:
+        """Reasoning starts open when the prompt itself ends by opening it (GLM-4.7 with thinking on)."""
+        markers = self._thinking
+        return ReasoningCounter(
+            markers, thinking=markers is not None and bool(prompt) and prompt[-1] == markers.open
         )
 
     def _budget(self, prompt_tokens: int, max_tokens: int, inputs: GenerationInput) -> int:
@@ -201,6 +210,7 @@ class BatchScheduler:
             self._finish(sequence, "stop")
             return
         sequence.completion_tokens += 1
+        sequence.reasoning.see(token)
         text = sequence.text_for(self._model.piece(token))
         if text:
             self._send({"type": "text", "id": sequence.request_id, "text": text})
@@ -216,7 +226,12 @@ class BatchScheduler:
         if tail:
             self._send({"type": "text", "id": sequence.request_id, "text": tail})
         self._send_finished(
-            sequence.request_id, reason, len(sequence.prompt), sequence.completion_tokens, sequence.cached
+            sequence.request_id,
+            reason,
+            len(sequence.prompt),
+            sequence.completion_tokens,
+            sequence.cached,
+            sequence.reasoning.tokens,
         )
         self._release(sequence)
 
@@ -230,7 +245,9 @@ class BatchScheduler:
 
     # -- frames -----------------------------------------------------------------------------------------------
 
-    def _send_finished(self, request_id: str, reason: str, prompt: int, completion: int, cached: int) -> None:
+    def _send_finished(
+        self, request_id: str, reason: str, prompt: int, completion: int, cached: int, reasoning: int = 0
+    ) -> None:
         self._send(
             {
                 "type": "finished",
@@ -239,8 +256,14 @@ class BatchScheduler:
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
                 "cached_tokens": cached,
+                "reasoning_tokens": reasoning,
             }
         )
 
     def _fail(self, request_id: str, kind: str, message: str, param: str | None) -> None:
         self._send({"type": "failed", "id": request_id, "kind": kind, "message": message, "param": param})
+
+
+def _thinking_markers(model: LlamaModel) -> ThinkingMarkers | None:
+    opening, closing = model.single_token("<think>"), model.single_token("</think>")
+    return None if opening is None or closing is None else ThinkingMarkers(opening, closing)

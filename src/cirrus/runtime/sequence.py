@@ -7,6 +7,33 @@ from cirrus.runtime.params import SamplingParams
 from cirrus.runtime.textstream import StopMatcher, Utf8Assembler
 
 
+@dataclass(frozen=True)
+class ThinkingMarkers:
+    """The single tokens a model opens and closes its reasoning with (`<think>`, `</think>`)."""
+
+    open: int
+    close: int
+
+
+@dataclass
+class ReasoningCounter:
+    """Counts the completion tokens written inside the thinking markers, the markers themselves excluded."""
+
+    markers: ThinkingMarkers | None
+    thinking: bool = False  # the prompt may already have opened the reasoning (GLM-4.7)
+    tokens: int = 0
+
+    def see(self, token: int) -> None:
+        if self.markers is None:
+            return
+        if token == self.markers.open:
+            self.thinking = True
+        elif token == self.markers.close:
+            self.thinking = False
+        elif self.thinking:
+            self.tokens += 1
+
+
 @dataclass
 class Sequence:
     request_id: str
@@ -20,6 +47,7 @@ class Sequence:
     next_token: int | None = None
     completion_tokens: int = 0
     finish_reason: str | None = None
+    reasoning: ReasoningCounter = field(default_factory=lambda: ReasoningCounter(None))
     matcher: StopMatcher = field(init=False)
     utf8: Utf8Assembler = field(default_factory=Utf8Assembler)
 

@@ -12,6 +12,7 @@ from typing import Any
 from cirrus.api.chat.plan import ChatPlan
 from cirrus.errors import JsonModeFailed
 from cirrus.families import ChatDelta, ToolCall
+from cirrus.runtime.params import Usage
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,13 @@ class ChatStream:
             return "tool_calls"
         return engine_reason if engine_reason in ("stop", "length") else "stop"
 
-    def reasoning_tokens(self, completion_tokens: int) -> int:
-        if not self._reasoning_chars or not self._chars:
-            return 0
-        return min(completion_tokens, round(completion_tokens * self._reasoning_chars / self._chars))
+    def reasoning_tokens(self, usage: Usage) -> int:
+        """The worker's count of tokens between the thinking markers; for a model whose markers are not single
+        tokens, an estimate from the share of characters that were reasoning."""
+        if usage.reasoning_tokens or not self._reasoning_chars or not self._chars:
+            return usage.reasoning_tokens if self._reasoning_chars else 0
+        completion = usage.completion_tokens
+        return min(completion, round(completion * self._reasoning_chars / self._chars))
 
     def _counted(self, delta: ChatDelta) -> ChatDelta:
         self._reasoning_chars += len(delta.reasoning)
@@ -57,16 +61,14 @@ class ChatStream:
         return delta
 
 
-def parse_whole(plan: ChatPlan, text: str, engine_reason: str, completion_tokens: int) -> ChatResult:
+def parse_whole(plan: ChatPlan, text: str, engine_reason: str, usage: Usage) -> ChatResult:
     """The whole answer; JSON mode's answer must be complete, valid JSON, else `JsonModeFailed`."""
     stream = ChatStream(plan)
     delta = stream.feed(text) + stream.finish()
     reason = stream.finish_reason(engine_reason)
     value = json_answer(delta.content, engine_reason) if plan.json_mode else None
     calls = tuple(d.call for d in delta.tool_calls)
-    return ChatResult(
-        delta.reasoning, delta.content, calls, reason, stream.reasoning_tokens(completion_tokens), value
-    )
+    return ChatResult(delta.reasoning, delta.content, calls, reason, stream.reasoning_tokens(usage), value)
 
 
 def json_answer(content: str, engine_reason: str) -> Any:

@@ -59,7 +59,7 @@ async def _stream(generation: Answer, model: str, usage: bool, plan: ChatPlan) -
                 yield sse_data(_chunk(chat_id, model, delta, None))
             yield sse_data(_chunk(chat_id, model, {}, parsed.finish_reason(event.finish_reason)))
             if usage:
-                reasoning = parsed.reasoning_tokens(event.usage.completion_tokens)
+                reasoning = parsed.reasoning_tokens(event.usage)
                 body = _chunk(chat_id, model, {}, None) | {"choices": []}
                 yield sse_data(body | {"usage": usage_dict(event.usage, reasoning)})
         yield DONE
@@ -89,7 +89,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         writer = partial(_stream, model=spec.id, usage=body.include_usage, plan=plan)
         return await stream_response(request, inference, writer)
     completion = await complete(request, inference)
-    result = parse_whole(plan, completion.text, completion.finish_reason, completion.usage.completion_tokens)
+    result = parse_whole(plan, completion.text, completion.finish_reason, completion.usage)
     return {
         "id": response_id("chatcmpl"),
         "object": "chat.completion",

@@ -73,7 +73,7 @@ async def _events(generation: Answer, plan: ChatPlan | None) -> AsyncIterator[by
                 continue
             for payload in _stream_events(parsed.finish()) if parsed else []:
                 yield sse_data(payload)
-            reasoning = parsed.reasoning_tokens(event.usage.completion_tokens) if parsed else None
+            reasoning = parsed.reasoning_tokens(event.usage) if parsed else None
             yield sse_data({"response": "", "usage": usage_dict(event.usage, reasoning)})
         yield DONE
     except CirrusError as error:
@@ -127,7 +127,7 @@ async def _generate(request: Request, spec: ModelSpec, body: TextGenerationInput
     completion = await complete(request, inference)
     if plan is None:
         return envelope({"response": completion.text, "usage": usage_dict(completion.usage)})
-    result = parse_whole(plan, completion.text, completion.finish_reason, completion.usage.completion_tokens)
+    result = parse_whole(plan, completion.text, completion.finish_reason, completion.usage)
     usage = usage_dict(completion.usage, result.reasoning_tokens)
     return envelope({**_chat_result(result, plan.json_mode), "usage": usage})
 
