@@ -35,6 +35,7 @@ class Platform:
         self.pool = Pool(
             self.launcher, budget, settings.queue_size, settings.default_keep_alive_s, cores=settings.threads
         )
+        self.launcher.spares.until_idle = self.pool.until_idle
         self.service = InferenceService(self.catalog, self.pool, settings.request_timeout_s)
         self.metrics = Metrics(
             PoolSource(

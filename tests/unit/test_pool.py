@@ -244,3 +244,25 @@ async def test_decoding_instances_share_the_cores_between_them() -> None:
     small.release()
     assert large_worker.threads == [2, 4], "alone again, it gets every core back"
     large.release()
+
+
+async def test_until_idle_waits_for_the_last_request_to_end() -> None:
+    """What the spare workers' refill waits for, so it does not take the cores from a request."""
+    pool, _, _ = make_pool(delay=0.02)
+    await asyncio.wait_for(pool.until_idle(5), 1)  # idle: at once
+    lease = await pool.acquire(SMALL, deadline())
+    assert pool.busy()
+    waiter = asyncio.ensure_future(pool.until_idle(5))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    lease.release()
+    await asyncio.wait_for(waiter, 1)
+    assert not pool.busy()
+
+
+async def test_until_idle_gives_up_after_its_timeout() -> None:
+    pool, _, _ = make_pool()
+    lease = await pool.acquire(SMALL, deadline())
+    await asyncio.wait_for(pool.until_idle(0.05), 1)
+    assert pool.busy()
+    lease.release()

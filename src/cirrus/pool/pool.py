@@ -79,6 +79,17 @@ class Pool:
     def used_bytes(self) -> int:
         return sum(instance.memory_bytes for instance in self._instances)
 
+    def busy(self) -> bool:
+        """Some instance is generating or starting (a starting instance counts its first request as active)."""
+        return any(instance.active for instance in self._instances)
+
+    async def until_idle(self, timeout_s: float) -> None:
+        """Return once nothing is generating or starting, or after `timeout_s`; for background work that would
+        otherwise take the cores from a request."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s), self._changed:
+                await self._changed.wait_for(lambda: not self.busy())
+
     def waiting(self, model_id: str) -> int:
         return self._waiting.get(model_id, 0)
 
