@@ -42,3 +42,26 @@ def test_an_invalid_schema_is_a_clear_error(schema: Any) -> None:
 def test_no_tools_is_a_clear_error() -> None:
     with pytest.raises(FamilyInputError, match="at least one function"):
         tool_call_grammar([{"type": "function"}])
+
+
+@pytest.mark.parametrize(
+    "schema, complaint",
+    [
+        ({"type": "string", "maxLength": 100_000_000}, "maxLength may be at most 1000"),
+        ({"type": "array", "items": {"type": "string"}, "minItems": 5000}, "minItems may be at most 1000"),
+        ({"type": "object", "properties": {"a": {"type": "string", "maxLength": 1001}}}, "maxLength"),
+    ],
+)
+def test_schemas_that_would_expand_into_huge_grammars_are_refused(
+    schema: dict[str, object], complaint: str
+) -> None:
+    with pytest.raises(FamilyInputError, match=complaint):
+        json_schema_grammar(schema)
+
+
+def test_a_schema_nested_deeper_than_the_limit_is_refused() -> None:
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(40):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(FamilyInputError, match="nested more than"):
+        json_schema_grammar(schema)

@@ -22,6 +22,8 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]], decode_arguments: bo
         copy = {key: value for key, value in message.items() if value is not None}
         copy["content"] = message.get("content") or ""
         if message.get("tool_calls"):
+            if not isinstance(message["tool_calls"], list):
+                raise FamilyInputError(f"messages[{index}].tool_calls must be a list of calls", "messages")
             copy["tool_calls"] = [
                 _tool_call(call, decode_arguments, f"messages[{index}].tool_calls[{n}]")
                 for n, call in enumerate(message["tool_calls"])

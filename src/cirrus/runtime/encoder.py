@@ -62,9 +62,9 @@ class EmbeddingEngine:
             vectors, tokens = self.embed(EmbeddingInput.from_frame(frame["input"]))
         except TextTooLong as exc:
             self._fail(request_id, "invalid_input", str(exc), exc.param)
-        except LlamaError as exc:
-            log.exception("embedding request %s failed", request_id)
-            self._fail(request_id, "internal", str(exc), None)
+        except Exception as exc:  # reported to this request alone; the worker keeps serving
+            log.exception("embedding request %s failed", request_id, extra={"request_id": request_id})
+            self._fail(request_id, "internal", f"{type(exc).__name__}: {exc}", None)
         else:
             self._send({"type": "embedded", "id": request_id, "vectors": vectors, "prompt_tokens": tokens})
 

@@ -211,7 +211,11 @@ class Sampler:
             )
         )
         if params.grammar:  # needs the model's vocabulary (`LlamaModel.vocab`)
-            self._add(_grammar_stage(vocab, params.grammar))
+            try:
+                self._add(_grammar_stage(vocab, params.grammar))
+            except BaseException:
+                self.close()  # the chain and the stages already in it are native memory
+                raise
         if params.temperature <= 0:
             self._add(llama_cpp.llama_sampler_init_greedy())
             return

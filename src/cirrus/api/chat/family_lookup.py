@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cirrus.catalog import ModelSpec
-from cirrus.errors import ModelNotInstalled
+from cirrus.errors import ModelNotInstalled, WorkerStartFailed
 from cirrus.families import Family, family, family_of_template
 from cirrus.store.gguf import read_metadata
 
@@ -34,7 +34,7 @@ async def model_family(spec: ModelSpec, launcher: ArtifactPaths, catalog: Specs)
             path = await launcher.artifact_path(
                 candidate
             )  # what a cold start fetches anyway; cached per model
-        except ModelNotInstalled:
+        except (ModelNotInstalled, WorkerStartFailed):  # absent, or a pull that failed: try the fallbacks
             continue
         return await asyncio.to_thread(_gguf_family, str(path), path.stat().st_mtime_ns)
     return None  # nothing installed: the request fails with the model's own 5007 when it starts
