@@ -187,6 +187,15 @@ class MethodNotAllowed(CirrusError):
     openai_code = "method_not_allowed"
 
 
+class NotReady(CirrusError):
+    """The node is starting: its gateway cannot check tokens yet."""
+
+    status = 503
+    code = 3056
+    openai_type = "server_error"
+    openai_code = "not_ready"
+
+
 class InternalError(CirrusError):
     status = 500
     code = 3000

@@ -134,3 +134,23 @@ def test_metrics_can_require_an_admin_token(gateway_sqlite: Gateway, tmp_path: P
         assert httpx.get(url, headers=bearer(gateway_sqlite.ids.run), timeout=10).status_code == 403
         allowed = httpx.get(url, headers=bearer(gateway_sqlite.ids.admin), timeout=10)
         assert allowed.status_code == 200 and "cirrus_memory_budget_bytes" in allowed.text
+
+
+def test_model_lists_show_only_what_the_token_may_use(gateway: Gateway) -> None:
+    listed = httpx.get(f"{gateway.server.url}/v1/models", headers=bearer(gateway.ids.narrow), timeout=10)
+    assert listed.status_code == 200
+    assert all(model["id"].startswith("@cf/google/") for model in listed.json()["data"])
+    search = httpx.get(
+        f"{gateway.server.url}/ai/models/search", headers=bearer(gateway.ids.narrow), timeout=10
+    )
+    assert all(model["name"].startswith("@cf/google/") for model in search.json()["result"])
+    existing = httpx.get(
+        f"{gateway.server.url}/v1/models/{SMOLLM}", headers=bearer(gateway.ids.narrow), timeout=10
+    )
+    missing = httpx.get(
+        f"{gateway.server.url}/v1/models/{UNKNOWN}", headers=bearer(gateway.ids.narrow), timeout=10
+    )
+    assert existing.status_code == missing.status_code == 404
+    assert existing.json()["error"]["code"] == missing.json()["error"]["code"] == "model_not_found"
+    full = httpx.get(f"{gateway.server.url}/v1/models", headers=bearer(gateway.ids.run), timeout=10)
+    assert SMOLLM in {model["id"] for model in full.json()["data"]}

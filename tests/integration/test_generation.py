@@ -93,4 +93,4 @@ def test_models_search_filters_by_task_and_text(server: Server) -> None:
 def test_health_routes(server: Server) -> None:
     assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
     ready = httpx.get(f"{server.url}/readyz")
-    assert ready.status_code == 200 and SMOLLM in ready.json()["installed_models"]
+    assert ready.status_code == 200 and ready.json()["installed_models"] >= 2

@@ -89,3 +89,10 @@ async def test_len_counts_the_keys_in_flight() -> None:
     inflight.abandon("b")  # settling a key nobody leads is harmless
     inflight.resolve("c", "answer")
     assert len(inflight) == 0
+
+
+async def test_a_follower_stops_waiting_after_its_timeout() -> None:
+    flights: InFlight[str] = InFlight()
+    assert flights.lead("k")
+    assert await flights.wait_for("k", timeout_s=0.01) is None  # runs the model itself
+    flights.resolve("k", "answer")

@@ -445,14 +445,15 @@ async def test_an_unreachable_webhook_is_logged_not_raised(
     metering_db: Database, store: UsageStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     account = unique("acct")
-    alerts = BudgetAlerts(metering_db, "http://127.0.0.1:9/nowhere", timeout_s=0.5)
+    alerts = BudgetAlerts(metering_db, "http://127.0.0.1:9/hooks/SECRET-PATH", timeout_s=0.5)
     await alerts.migrate()
     guard = guard_for(store, tmp_path, Clock(), alerts)
     await store.write([usage(account, neurons=60)])
     with caplog.at_level(logging.ERROR, logger="cirrus.metering.alerts"):
         await guard.check(principal(account), "free", None)
         await alerts.close()
-    assert "the budget alert webhook failed" in caplog.text
+    assert "the budget alert webhook at 127.0.0.1 failed: ConnectError" in caplog.text
+    assert "SECRET-PATH" not in caplog.text  # a webhook's URL can be its secret
 
 
 # The usage route and `cirrus usage`

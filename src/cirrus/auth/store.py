@@ -329,6 +329,10 @@ class IdentityStore:
         )
         return None if row is None else _token(row).principal()
 
+    async def any_token_created(self) -> bool:
+        """Whether a token was ever created here, usable or not: once one was, the node never runs open again."""
+        return await self._db.fetch_one("SELECT 1 FROM api_tokens LIMIT 1") is not None
+
     async def has_tokens(self) -> bool:
         """Whether any token can still authenticate; with none, the gateway may run open."""
         row = await self._db.fetch_one(f"SELECT 1 FROM api_tokens WHERE {_USABLE} LIMIT 1", (self._clock(),))

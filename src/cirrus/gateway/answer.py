@@ -1,7 +1,7 @@
 """What the gateway hands a route: the events of a live generation or of a cached answer, after the output
 filters, with a hook that runs once when they end (metering, cache store, limits)."""
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cirrus.errors import CirrusError
@@ -29,12 +29,21 @@ class Answer:
             await self.aclose()
 
     async def aclose(self) -> None:
+        """Closing the events first runs their end hook (metering, the in-flight cache entry) even for an answer
+        that was never iterated to its end; then what the answer holds (its lease) is released."""
         if not self._closed:
             self._closed = True
-            await self._close()
+            try:
+                if isinstance(self._events, AsyncGenerator):
+                    await self._events.aclose()
+            finally:
+                await self._close()
 
     async def collect(self) -> Completion:
-        return await collect(self, self.cold_start, self.queue_s)
+        try:
+            return await collect(self, self.cold_start, self.queue_s)
+        finally:
+            await self.aclose()
 
 
 async def observed(

@@ -1,8 +1,8 @@
 """Authenticate every request: a bearer token becomes the principal the request acts as.
 
-With no usable token in the store a node on loopback runs open (local development): every request acts as the
-open principal. A node on any other address never runs open once started, unless told to (`--allow-open`): if
-its last token is revoked it refuses everyone rather than serve everyone. Otherwise a request without a valid token is refused with 401 before anything else happens, and
+With no token ever created, a node on loopback runs open (local development): every request acts as the open
+principal. A node on any other address never runs open unless told to (`--allow-open`), and no node goes back
+to open once a token was created: when its last token is revoked or expires it refuses everyone. Otherwise a request without a valid token is refused with 401 before anything else happens, and
 the answer is the same whether the token is unknown, revoked or expired. A token acts only for its own account
 (`/client/v4/accounts/{id}/...`) and only an admin token reaches the operator routes.
 """
@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cirrus.api.errors import error_response
 from cirrus.api.protocol import protocol_for
 from cirrus.auth import OPEN_PRINCIPAL, Permission, Principal
-from cirrus.errors import CirrusError, Forbidden, Unauthorized
+from cirrus.errors import CirrusError, Forbidden, NotReady, Unauthorized
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
 ADMIN_PREFIX = "/admin/"
@@ -59,7 +59,9 @@ class AuthMiddleware:
 
     async def _principal(self, scope: Scope) -> Principal:
         authenticator = self.source.authenticator()
-        if authenticator is None or not await authenticator.requires_token():
+        if authenticator is None:  # the gateway's store is not open yet (or failed to open): fail closed
+            raise NotReady("the gateway is not ready yet", retry_after_s=1)
+        if not await authenticator.requires_token():
             return OPEN_PRINCIPAL
         secret = _bearer(scope)
         principal = None if secret is None else await authenticator.authenticate(secret)

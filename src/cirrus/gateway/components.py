@@ -62,12 +62,13 @@ class NodeAuthenticator:
         return await self._tokens.authenticate(secret)
 
     async def requires_token(self) -> bool:
-        """False only on a node allowed to run open (loopback, or --allow-open) that has no usable token."""
+        """False only on a node allowed to run open (loopback, or --allow-open) where no token was ever created:
+        revoking or outliving the last token refuses everyone rather than open the node."""
         if not self._open_allowed:
             return True
         known, value = self._has_tokens.get("any")
         if not known:
-            value = await self._identity.has_tokens()
+            value = await self._identity.any_token_created()
             self._has_tokens.put("any", value)
         return bool(value)
 

@@ -21,12 +21,16 @@ class InFlight(Generic[T]):
         self._answers[key] = asyncio.get_running_loop().create_future()
         return True
 
-    async def wait_for(self, key: str) -> T | None:
-        """The leader's answer, or None at once when nobody leads `key` (or when the leader gave up)."""
+    async def wait_for(self, key: str, timeout_s: float | None = None) -> T | None:
+        """The leader's answer, or None at once when nobody leads `key`, when the leader gave up, or when it has
+        not answered within `timeout_s` (the follower then runs the model itself)."""
         answer = self._answers.get(key)
         if answer is None:
             return None
-        return await asyncio.shield(answer)
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), timeout_s)
+        except TimeoutError:
+            return None
 
     def resolve(self, key: str, value: T) -> None:
         self._settle(key, value)

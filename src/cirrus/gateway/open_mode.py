@@ -36,6 +36,6 @@ async def tokens_configured(settings: Settings) -> bool:
     try:
         identity = IdentityStore(db)
         await identity.migrate()
-        return await identity.has_tokens()
+        return await identity.any_token_created()
     finally:
         await db.close()

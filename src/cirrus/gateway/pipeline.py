@@ -73,7 +73,7 @@ class Pipeline:
             call.response_headers["cf-aig-cache-status"] = "BYPASS"
             return await self._live(call, spec, request, retry, None)
         if cached is None:
-            cached = await self.inflight.wait_for(key)
+            cached = await self.inflight.wait_for(key, self.parts.settings.request_timeout_s)
         if cached is not None:
             call.response_headers["cf-aig-cache-status"] = "HIT"
             return self._replayed(call, spec, cached)
@@ -109,9 +109,10 @@ class Pipeline:
         return checked
 
     async def _admit(self, call: Call, spec: ModelSpec) -> None:
+        """The budget first: a request it refuses must not use up a rate-limit slot."""
+        await self.parts.check_budget(call.principal)
         status = await self.parts.limiter.admit(call.principal, spec)
         call.response_headers.update(status.headers())
-        await self.parts.check_budget(call.principal)
 
     async def _cached(self, key: str | None) -> CachedAnswer | None:
         return None if key is None else await self.parts.cache.lookup_key(key)
@@ -134,17 +135,27 @@ class Pipeline:
             raise
         generation, model = answered.value, chain[answered.step]
         call.response_headers["cf-aig-step"] = str(answered.step)
-        if generation.cold_start:
-            self.parts.metrics.observe_cold_start(
-                model.id, generation.lease.instance.status().cold_start_phases
-            )
+        # A fallback's answer is not stored under the requested model's key: a token of the same account that
+        # may not use the fallback would be served it.
+        shares = leading and answered.step == 0
+        if leading and not shares and cache_entry is not None:
+            self.inflight.abandon(cache_entry[0])
+        try:
+            if generation.cold_start:
+                phases = generation.lease.instance.status().cold_start_phases
+                self.parts.metrics.observe_cold_start(model.id, phases)
+            events = filtered(generation, self.parts.output_filter(model))
+        except BaseException:
+            await generation.aclose()
+            if shares and cache_entry is not None:
+                self.inflight.abandon(cache_entry[0])
+            raise
 
         def on_end(finished: Finished | None, error: CirrusError | None, text: str) -> None:
             self._ended(call, model, generation, finished, error, text, answered.step, answered.attempts)
-            if cache_entry is not None and leading:
+            if cache_entry is not None and shares:
                 self._settle_cache(call, model, cache_entry, finished, text)
 
-        events = filtered(generation, self.parts.output_filter(model))
         return Answer(
             observed(events, call.mark_first_token, on_end),
             generation.aclose,

@@ -131,4 +131,8 @@ class BudgetAlerts:
             response = await self._client.post(url, json=body)
             response.raise_for_status()
         except Exception as exc:  # an alert that cannot be delivered must not disturb the request
-            log.error("the budget alert webhook failed: %r", exc)
+            # The URL itself can be the secret (Slack-style webhooks): name only its host and what went wrong.
+            status = (
+                exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else type(exc).__name__
+            )
+            log.error("the budget alert webhook at %s failed: %s", httpx.URL(url).host, status)

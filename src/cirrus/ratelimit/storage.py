@@ -28,7 +28,7 @@ def open_storage(uri: str) -> OpenedStorage:
         return OpenedStorage(MemoryStorage(wrap_exceptions=True), _nothing_to_close)
     if scheme in REDIS_SCHEMES:
         return _open_redis(uri)
-    raise ValueError(f"rate limit storage must be memory:// or redis://host:port/db, not {uri!r}")
+    raise ValueError(f"rate limit storage must be memory:// or redis://host:port/db, not a {scheme}:// URI")
 
 
 def _open_redis(uri: str) -> OpenedStorage:

@@ -4,8 +4,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from cirrus.api.context import platform_of
+from cirrus.api.context import platform_of, principal_of
 from cirrus.catalog import CatalogEntry
+from cirrus.errors import NoSuchModel
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -22,10 +23,16 @@ def _model(entry: CatalogEntry) -> dict[str, Any]:
 
 
 async def list_models(request: Request) -> dict[str, Any]:
-    return {"object": "list", "data": [_model(entry) for entry in platform_of(request).catalog.entries()]}
+    """The models the caller's token may use."""
+    principal = principal_of(request)
+    entries = [e for e in platform_of(request).catalog.entries() if principal.may_use(e.spec.id)]
+    return {"object": "list", "data": [_model(entry) for entry in entries]}
 
 
 async def get_model(model: str, request: Request) -> dict[str, Any]:
+    """A model outside the token's scope reads exactly as one that does not exist."""
+    if not principal_of(request).may_use(model):
+        raise NoSuchModel(f"No such model {model} or task", param="model")
     catalog = platform_of(request).catalog
     spec = catalog.get(model)
     return _model(CatalogEntry(spec, catalog.is_installed(spec)))

@@ -5,7 +5,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from cirrus.api.context import platform_of
+from cirrus.api.context import platform_of, principal_of
 from cirrus.catalog import CatalogEntry
 
 router = APIRouter(tags=["Workers AI"])
@@ -64,7 +64,12 @@ async def search_models(
     page: int = Query(default=1, ge=1),
     per_page: int = Query(default=50, ge=1, le=1000),
 ) -> dict[str, Any]:
-    entries = [e for e in platform_of(request).catalog.entries() if _matches(e, task, search)]
+    principal = principal_of(request)
+    entries = [
+        e
+        for e in platform_of(request).catalog.entries()
+        if principal.may_use(e.spec.id) and _matches(e, task, search)
+    ]
     window = entries[(page - 1) * per_page : page * per_page]
     return {
         "result": [model_record(entry) for entry in window],
