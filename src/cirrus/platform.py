@@ -93,5 +93,7 @@ class Platform:
                 await task
         await self.pool.close()
         await self.launcher.spares.close()
+        if self._pipeline is not None:
+            await self._pipeline.drain()
         if self._gateway is not None:
             await self._gateway.close()

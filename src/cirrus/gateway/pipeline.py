@@ -277,6 +277,11 @@ class Pipeline:
         call.record = record
         self.parts.meter.record(record)
 
+    async def drain(self, timeout_s: float = 5.0) -> None:
+        """Let the work started after answers (token charges, cache stores) finish before the stores close."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=timeout_s)
+
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
         self._background.add(task)
