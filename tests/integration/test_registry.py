@@ -1,6 +1,7 @@
 """Models through a real OCI registry (Distribution): push, pull, resume, refuse corruption, pull on first use."""
 
 import asyncio
+import hashlib
 import http.server
 import importlib.util
 import os
@@ -15,9 +16,20 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cirrus.catalog import load_catalog
+from cirrus.config import Settings
+from cirrus.errors import ModelPullFailed
+from cirrus.pool.launcher import ProcessLauncher
 from cirrus.store.blobs import BlobStore
-from cirrus.store.oci import GGUF_MEDIA_TYPE, MODEL_CONFIG_MEDIA_TYPE, DigestMismatch, Reference
-from cirrus.store.pull import Puller
+from cirrus.store.oci import (
+    GGUF_MEDIA_TYPE,
+    MODEL_CONFIG_MEDIA_TYPE,
+    OCI_MANIFEST_MEDIA_TYPE,
+    DigestMismatch,
+    NotARegistry,
+    Reference,
+)
+from cirrus.store.pull import MAX_CONFIG_BYTES, PulledModel, Puller
 from cirrus.store.push import describe_gguf, push
 from tests.integration.server import free_port, running_server, write_catalog
 from tests.services.registry import Registry, running_registry
@@ -115,6 +127,44 @@ def test_concurrent_first_use_triggers_one_pull(pushed: Pushed, tmp_path: Path) 
     paths = asyncio.run(five_at_once())
     assert len(set(paths)) == 1 and paths[0].stat().st_size == pushed.source.stat().st_size
     assert len(pushed.registry.blob_gets(pushed.digest)[before:]) == 1
+
+
+def test_two_references_to_one_blob_pulled_at_once_share_one_download(pushed: Pushed, tmp_path: Path) -> None:
+    again = _push(pushed.registry, pushed.source, "same-blob")
+    before = len(pushed.registry.blob_gets(pushed.digest))
+
+    async def both() -> tuple[PulledModel, PulledModel]:
+        puller = Puller(tmp_path / "store")
+        return await asyncio.gather(puller.pull(pushed.reference), puller.pull(again.reference))
+
+    first, second = asyncio.run(both())
+    assert first.path == second.path and first.path.read_bytes() == pushed.source.read_bytes()
+    assert len(pushed.registry.blob_gets(pushed.digest)[before:]) == 1
+
+
+def _upload(registry: Registry, repository: str, data: bytes) -> dict[str, object]:
+    base = f"http://{registry.host}/v2/{repository}"
+    digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    started = httpx.post(f"{base}/blobs/uploads/")
+    location = httpx.URL(base).join(started.headers["Location"])
+    httpx.put(location.copy_merge_params({"digest": digest}), content=data).raise_for_status()
+    return {"mediaType": MODEL_CONFIG_MEDIA_TYPE, "digest": digest, "size": len(data)}
+
+
+def test_an_oversized_config_blob_is_refused_before_it_is_downloaded(pushed: Pushed, tmp_path: Path) -> None:
+    config = _upload(pushed.registry, "models/huge", b"{" + b" " * (MAX_CONFIG_BYTES + 1) + b"}")
+    layer = _upload(pushed.registry, "models/huge", b"GGUF not really")
+    layer["mediaType"] = GGUF_MEDIA_TYPE
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST_MEDIA_TYPE, "config": config, "layers": [layer]}
+    httpx.put(
+        f"http://{pushed.registry.host}/v2/models/huge/manifests/v1",
+        json=manifest,
+        headers={"Content-Type": OCI_MANIFEST_MEDIA_TYPE},
+    ).raise_for_status()
+
+    with pytest.raises(NotARegistry, match=r"config blob is .* bytes, more than a model config needs"):
+        asyncio.run(Puller(tmp_path / "store").pull(f"{pushed.registry.host}/models/huge:v1"))
+    assert pushed.registry.blob_gets(str(config["digest"])) == []
 
 
 def test_a_corrupted_blob_is_refused_and_nothing_is_cached(tmp_path: Path) -> None:
@@ -230,3 +280,18 @@ context_window = 1024
         assert refused.status_code == 503
         assert refused.json()["error"]["code"] == "model_pull_failed"
         assert "no such manifest" in refused.json()["error"]["message"]
+
+
+def test_a_cache_that_cannot_be_written_is_a_pull_failure_not_a_server_error(
+    pushed: Pushed, tmp_path: Path
+) -> None:
+    catalog_path = write_catalog(
+        tmp_path / "catalog.toml",
+        f'[[models]]\nid = "{MODEL_ID}"\nartifact = {{ oci = "{pushed.reference}" }}\ncontext_window = 1024\n',
+    )
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "store").write_text("a file where the store's folder belongs")
+    catalog = load_catalog(catalog_path, tmp_path / "cache")
+    launcher = ProcessLauncher(catalog, Settings(cache_dir=tmp_path / "cache", spare_workers=0))
+    with pytest.raises(ModelPullFailed, match="could not be pulled: cannot write the local cache"):
+        asyncio.run(launcher.artifact_path(catalog.get(MODEL_ID)))

@@ -102,15 +102,13 @@ def test_adopt_moves_a_finished_file_into_the_store(tmp_path: Path) -> None:
 def test_resume_appends_to_the_partial_file_then_commits(tmp_path: Path) -> None:
     store = BlobStore(tmp_path)
     digest = digest_of(DATA)
-    stream, offset = store.open_partial(digest)
-    with stream:
-        assert offset == 0
-        stream.write(DATA[:1000])
-    stream, offset = store.open_partial(digest)
-    with stream:
-        assert offset == 1000
-        stream.write(DATA[offset:])
-    blob = store.commit(digest)
+    with store.open_partial(digest) as partial:
+        assert partial.offset == 0
+        partial.stream.write(DATA[:1000])
+    with store.open_partial(digest) as partial:
+        assert partial.offset == 1000
+        partial.stream.write(DATA[partial.offset :])
+        blob = partial.commit(len(DATA))
     assert blob.path.read_bytes() == DATA
     assert not store.partial_path(digest).exists()
     assert store.has(digest)
@@ -119,29 +117,49 @@ def test_resume_appends_to_the_partial_file_then_commits(tmp_path: Path) -> None
 def test_commit_refuses_and_deletes_a_partial_that_hashes_differently(tmp_path: Path) -> None:
     store = BlobStore(tmp_path)
     digest = digest_of(DATA)
-    stream, _ = store.open_partial(digest)
-    with stream:
-        stream.write(DATA[:-1] + b"!")
-    with pytest.raises(DigestMismatch, match="does not match its digest"):
-        store.commit(digest)
+    with store.open_partial(digest) as partial:
+        partial.stream.write(DATA[:-1] + b"!")
+        with pytest.raises(DigestMismatch, match="does not match its digest"):
+            partial.commit()
     assert not store.has(digest)
     assert not store.partial_path(digest).exists()
+
+
+def test_commit_refuses_a_partial_of_the_wrong_size(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path)
+    with store.open_partial(digest_of(DATA)) as partial:
+        partial.stream.write(DATA + b"!")
+        with pytest.raises(DigestMismatch, match=f"{len(DATA) + 1} bytes instead of {len(DATA)}"):
+            partial.commit(len(DATA))
+    assert store.digests() == [] and not store.partial_path(digest_of(DATA)).exists()
 
 
 def test_a_partial_has_one_writer_at_a_time(tmp_path: Path) -> None:
     store = BlobStore(tmp_path)
     digest = digest_of(DATA)
-    stream, _ = store.open_partial(digest)
-    with stream, pytest.raises(BlobBusy):
+    with store.open_partial(digest), pytest.raises(BlobBusy):
         store.open_partial(digest)
-    other, _ = store.open_partial(digest)  # free again once the first writer closed
-    other.close()
+    store.open_partial(digest).close()  # free again once the first writer closed
+
+
+def test_the_lock_is_held_until_the_blob_is_stored_and_a_later_writer_finds_it(tmp_path: Path) -> None:
+    store, other = BlobStore(tmp_path), BlobStore(tmp_path)
+    digest = digest_of(DATA)
+    with store.open_partial(digest) as partial:
+        partial.stream.write(DATA)
+        with pytest.raises(BlobBusy):  # until it is stored, nobody else can truncate or append to it
+            other.open_partial(digest)
+        partial.commit(len(DATA))
+    with other.open_partial(digest) as late:  # the first writer finished meanwhile: nothing to write
+        assert late.stored is not None and late.stored.path == store.path(digest)
+        assert late.commit(len(DATA)).path.read_bytes() == DATA
+    assert store.get(digest).path.read_bytes() == DATA
+    assert not store.partial_path(digest).exists()
 
 
 def test_partials_are_not_blobs(tmp_path: Path) -> None:
     store = BlobStore(tmp_path)
-    stream, _ = store.open_partial(digest_of(DATA))
-    stream.close()
+    store.open_partial(digest_of(DATA)).close()
     assert store.digests() == []
     with pytest.raises(BlobNotFound, match="no blob"):
         store.get(digest_of(DATA))
@@ -153,11 +171,6 @@ def test_partials_are_not_blobs(tmp_path: Path) -> None:
 def test_malformed_digests_are_refused(tmp_path: Path, digest: str) -> None:
     with pytest.raises(BadDigest, match="not a sha256 digest"):
         BlobStore(tmp_path).path(digest)
-
-
-def test_commit_without_a_partial_says_so(tmp_path: Path) -> None:
-    with pytest.raises(BlobNotFound, match="nothing was written"):
-        BlobStore(tmp_path).commit(digest_of(DATA))
 
 
 def test_scratch_files_are_removed_on_exit(tmp_path: Path) -> None:

@@ -136,3 +136,18 @@ def test_removing_a_manifest_keeps_the_blob(store: LocalStore) -> None:
     store.remove(MODEL, "Q8_0")
     assert store.manifests() == []
     assert store.blobs.has(manifest.digest)
+
+
+EVIL_QUANTIZATION = "Q4/../../../../../../../../TMP/EVIL"
+
+
+@pytest.mark.parametrize("quantization", [EVIL_QUANTIZATION, "q8_0", "Q8.0", ""])
+def test_quantizations_that_could_escape_the_index_are_refused(quantization: str) -> None:
+    with pytest.raises(ManifestError, match="quantization"):
+        Manifest.from_json(json.dumps(manifest_fields("sha256:" + "a" * 64, 10, quantization)), "test")
+
+
+def test_manifest_paths_stay_inside_the_manifests_folder(store: LocalStore) -> None:
+    assert store.manifest_path(MODEL, "q8_0").name == "Q8_0.json"
+    with pytest.raises(ManifestError, match="does not name a manifest inside"):
+        store.manifest_path(MODEL, EVIL_QUANTIZATION)

@@ -17,6 +17,7 @@ from cirrus.store.oci import (
     is_loopback,
     model_config,
 )
+from cirrus.store.pull import resumed_at
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
@@ -133,3 +134,20 @@ def test_docker_hub_names_reach_its_registry_api_host() -> None:
     assert Reference.parse("docker.io/ai/smollm2:latest").base_url() == "https://registry-1.docker.io"
     assert Reference.parse("ghcr.io/org/model:q4").base_url() == "https://ghcr.io"
     assert Reference.parse("127.0.0.1:5000/models/x:q4").base_url() == "http://127.0.0.1:5000"
+
+
+@pytest.mark.parametrize(
+    ("offset", "status", "content_range", "starts"),
+    [
+        (1000, 206, "bytes 1000-1999/2000", 1000),
+        (1000, 206, "bytes 1000-1999/*", 1000),
+        (1000, 206, "bytes 0-1999/2000", None),  # a part, but not the one asked for: never appended
+        (1000, 206, None, None),
+        (1000, 200, None, 0),  # the Range was ignored: the whole blob
+        (0, 200, None, 0),
+    ],
+)
+def test_a_resumed_download_appends_only_a_part_that_starts_where_it_stopped(
+    offset: int, status: int, content_range: str | None, starts: int | None
+) -> None:
+    assert resumed_at(offset, status, content_range) == starts

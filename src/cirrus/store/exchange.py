@@ -22,8 +22,15 @@ def packed_source(store: LocalStore, ref: str) -> tuple[Path, dict[str, Any]]:
         raise InvalidArtifact(str(exc)) from None
 
 
-def record_pulled(store: LocalStore, pulled: PulledModel) -> Manifest | None:
-    """Index a pulled artifact that carries a Cirrus manifest for its own layer; None for any other artifact."""
+class ManifestConflict(ManifestError):
+    """A pulled manifest would replace a local one that names a different blob."""
+
+
+def record_pulled(store: LocalStore, pulled: PulledModel, replace: bool = False) -> Manifest | None:
+    """Index a pulled artifact that carries a Cirrus manifest for its own layer; None for any other artifact.
+
+    A local manifest of the same variant that names another blob is kept (ManifestConflict) unless `replace`.
+    """
     carried = pulled.config.get(CIRRUS_KEY)
     if not isinstance(carried, dict):
         return None
@@ -34,9 +41,15 @@ def record_pulled(store: LocalStore, pulled: PulledModel) -> Manifest | None:
     if manifest.digest != pulled.digest:
         return None
     try:
-        if store.get(manifest.model_id, manifest.quantization).digest == manifest.digest:
-            return manifest  # already recorded; keep the local copy (and any evaluation it holds)
+        local = store.get(manifest.model_id, manifest.quantization)
     except ManifestNotFound:
-        pass
+        local = None
+    if local is not None and local.digest == manifest.digest:
+        return manifest  # already recorded; keep the local copy (and any evaluation it holds)
+    if local is not None and not replace:
+        raise ManifestConflict(
+            f"{manifest.ref} is already in {store.root} as {local.digest}; the pulled artifact is "
+            f"{manifest.digest}; pull with --replace to record the pulled one instead"
+        )
     store.put(manifest)
     return manifest

@@ -38,7 +38,13 @@ class LocalStore:
         return cls(default_store_root(settings))
 
     def manifest_path(self, model_id: str, quantization: str) -> Path:
-        return self._manifests.joinpath(*model_id.split("/"), f"{quantization.upper()}.json")
+        """Where a variant's manifest lives; refuses names that would lead outside the manifests folder."""
+        path = self._manifests.joinpath(*model_id.split("/"), f"{quantization.upper()}.json")
+        if not path.resolve().is_relative_to(self._manifests.resolve()):
+            raise ManifestError(
+                f"{model_id}:{quantization} does not name a manifest inside {self._manifests}"
+            )
+        return path
 
     def put(self, manifest: Manifest) -> Path:
         """Record a manifest; its blob must already be in the store."""

@@ -61,7 +61,7 @@ class Manifest(BaseModel):
     model_id: str = Field(pattern=MODEL_ID_PATTERN)
     task: ManifestTask
     architecture: str
-    quantization: str
+    quantization: str = Field(pattern=QUANTIZATION_PATTERN, description="the variant's name, e.g. Q8_0")
     size: int = Field(ge=0)
     digest: str = Field(pattern=DIGEST_PATTERN)
     context_window: int = Field(ge=1)

@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -42,6 +43,8 @@ from cirrus.store.registry_credentials import CredentialStore, default_docker_co
 
 CHUNK_BYTES = 1 << 20
 MAX_MANIFEST_BYTES = 4 << 20
+MAX_CONFIG_BYTES = 4 << 20
+CONTENT_RANGE = re.compile(r"bytes (\d+)-\d+/(?:\d+|\*)")
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 MANIFEST_ACCEPT = f"{OCI_MANIFEST_MEDIA_TYPE}, application/vnd.docker.distribution.manifest.v2+json"
 
@@ -76,6 +79,7 @@ class Puller:
         self.store_root = store_root
         self._store = BlobStore(store_root)
         self._flights: dict[str, asyncio.Task[PulledModel]] = {}
+        self._blob_flights: dict[str, asyncio.Task[Path]] = {}  # per digest: two references, one download
         self._credentials = credentials or CredentialStore(docker_config=default_docker_config())
         self._tokens = TokenCache()
 
@@ -101,6 +105,22 @@ class Puller:
         if not flight.cancelled():
             flight.exception()  # retrieved here, so a pull nobody awaits any more logs no warning
 
+    async def _fetch_blob(self, client: httpx.AsyncClient, ref: Reference, blob: Descriptor) -> Path:
+        flight = self._blob_flights.get(blob.digest)
+        if flight is None:
+            flight = asyncio.create_task(
+                _fetch_blob(client, ref, blob, self._store), name=f"blob {blob.digest}"
+            )
+            self._blob_flights[blob.digest] = flight
+            flight.add_done_callback(lambda done: self._blob_landed(blob.digest, done))
+        return await asyncio.shield(flight)
+
+    def _blob_landed(self, digest: str, flight: "asyncio.Task[Path]") -> None:
+        if self._blob_flights.get(digest) is flight:
+            del self._blob_flights[digest]
+        if not flight.cancelled():
+            flight.exception()
+
     async def _pull(self, ref: Reference, insecure: bool) -> PulledModel:
         base = ref.base_url(insecure)
         credentials = self._credentials.for_registry(ref.registry)
@@ -110,9 +130,11 @@ class Puller:
         ) as client:
             try:
                 raw, manifest = await _fetch_manifest(client, ref)
-                config_blob = await _fetch_blob(client, ref, config_descriptor(manifest), self._store)
+                config_blob = await self._fetch_blob(
+                    client, ref, _small_config(config_descriptor(manifest), ref)
+                )
                 layer = gguf_layer(manifest)
-                path = await _fetch_blob(client, ref, layer, self._store)
+                path = await self._fetch_blob(client, ref, layer)
             except httpx.TransportError as exc:
                 raise RegistryUnreachable(
                     f"lost the registry at {base} while pulling {ref}: {type(exc).__name__}: {exc}"
@@ -142,6 +164,15 @@ async def _fetch_manifest(client: httpx.AsyncClient, ref: Reference) -> tuple[by
     return raw, _json_object(raw, f"the manifest of {ref} from {client.base_url}")
 
 
+def _small_config(config: Descriptor, ref: Reference) -> Descriptor:
+    if config.size > MAX_CONFIG_BYTES:
+        raise NotARegistry(
+            f"{ref}: its config blob is {config.size} bytes, more than a model config needs"
+            f" ({MAX_CONFIG_BYTES}); refusing it"
+        )
+    return config
+
+
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
@@ -164,18 +195,20 @@ async def _fetch_blob(client: httpx.AsyncClient, ref: Reference, blob: Descripto
     if store.has(blob.digest):
         return store.path(blob.digest)
     try:
-        out, offset = store.open_partial(blob.digest)
+        partial = store.open_partial(blob.digest)
     except BlobBusy as exc:
         raise RegistryError(
             f"{ref}: another process is pulling blob {blob.digest}; try again shortly"
         ) from exc
-    with out:
-        if offset > blob.size:
-            out.truncate(0)
-            offset = 0
-        if offset < blob.size:
-            await _download(client, ref, blob, out, offset)
-    return await asyncio.to_thread(_commit, store, blob, ref)
+    with partial:
+        if partial.stored is not None:
+            return partial.stored.path
+        if partial.offset > blob.size:
+            partial.stream.truncate(0)
+            partial.offset = 0
+        if partial.offset < blob.size:
+            await _download(client, ref, blob, partial.stream, partial.offset)
+        return await asyncio.to_thread(_commit, partial, blob, ref)
 
 
 async def _download(
@@ -185,7 +218,15 @@ async def _download(
     headers = {"Range": f"bytes={offset}-"} if offset else {}
     async with client.stream("GET", ref.blob_path(blob.digest), headers=headers) as response:
         _raise_for_status(response, ref, f"blob {blob.digest}")
-        if offset and response.status_code != 206:  # the registry ignored the Range: start again
+        resumed = resumed_at(offset, response.status_code, response.headers.get("Content-Range"))
+        if resumed is None:  # a part that starts elsewhere: ask for the whole blob instead
+            if not offset:
+                raise NotARegistry(f"{ref}: the registry sent an unasked-for part of blob {blob.digest}")
+            await response.aclose()
+            out.truncate(0)
+            await _download(client, ref, blob, out, 0)
+            return
+        if resumed != offset:  # the registry ignored the Range: start again
             out.truncate(0)
             offset = 0
         remaining = blob.size - offset
@@ -198,13 +239,18 @@ async def _download(
     os.fsync(out.fileno())
 
 
-def _commit(store: BlobStore, blob: Descriptor, ref: Reference) -> Path:
-    """Hash the finished partial file and store it under its digest; refuse (and delete) anything else."""
-    size = store.partial_path(blob.digest).stat().st_size
+def resumed_at(offset: int, status: int, content_range: str | None) -> int | None:
+    """Where a blob response's body starts: `offset` for a 206 that starts there, 0 for a whole body (200), None
+    for a 206 that starts anywhere else (or says nowhere)."""
+    if status != 206:
+        return 0
+    match = CONTENT_RANGE.fullmatch((content_range or "").strip())
+    return offset if match is not None and int(match.group(1)) == offset else None
+
+
+def _commit(partial: blobs.Partial, blob: Descriptor, ref: Reference) -> Path:
+    """Hash the finished partial file (still locked) and store it under its digest; refuse anything else."""
     try:
-        if size != blob.size:
-            store.discard_partial(blob.digest)
-            raise blobs.DigestMismatch(blob.digest, f"{size} bytes instead of {blob.size}")
-        return store.commit(blob.digest).path
+        return partial.commit(blob.size).path
     except blobs.DigestMismatch as exc:
         raise DigestMismatch(f"{ref}: blob {blob.digest} refused, nothing cached: {exc}") from exc

@@ -94,29 +94,35 @@ class RegistryAuth(httpx.Auth):
         if cached is not None:  # expired or revoked early: forget it and answer the challenge afresh
             self._cache.drop(self._registry, self._scope)
             self._cache.drop(self._registry, BASIC_SCOPE)
-        request.headers["Authorization"] = await self._answer(response, request.url, cached)
+        # A 401 from another host (a redirect's target) is answered without the registry's credentials.
+        login = self._credentials if _same_origin(response.url, request.url) else None
+        request.headers["Authorization"] = await self._answer(response, request.url, cached, login)
         response = yield request
         self._check(response)
 
-    async def _answer(self, response: httpx.Response, url: httpx.URL, sent: str | None) -> str:
+    async def _answer(
+        self, response: httpx.Response, url: httpx.URL, sent: str | None, login: Credentials | None
+    ) -> str:
         challenge = Challenge.parse(response.headers.get("WWW-Authenticate", ""))
         if challenge is not None and challenge.scheme == "bearer" and challenge.params.get("realm"):
-            return await self._bearer(challenge, url, sent)
-        if challenge is not None and challenge.scheme == "basic" and self._credentials is not None:
-            header = self._credentials.basic()
+            return await self._bearer(challenge, url, sent, login)
+        if challenge is not None and challenge.scheme == "basic" and login is not None:
+            header = login.basic()
             self._cache.put(self._registry, BASIC_SCOPE, header, float("inf"))
             return header
         raise AccessDenied(f"{self._what}: the registry wants credentials (HTTP 401); {HOW_TO_LOG_IN}")
 
-    async def _bearer(self, challenge: Challenge, url: httpx.URL, sent: str | None) -> str:
+    async def _bearer(
+        self, challenge: Challenge, url: httpx.URL, sent: str | None, login: Credentials | None
+    ) -> str:
         realm = challenge.params["realm"]
         scope = challenge.params.get("scope", self._scope)
         cached = self._cache.get(self._registry, scope)
         if cached is not None and cached != sent:
             return cached
         params = {"scope": scope} | ({"service": s} if (s := challenge.params.get("service")) else {})
-        login = self._credentials_for(realm, url)
-        headers = {"Authorization": login.basic()} if login is not None else {}
+        sending = self._credentials_for(realm, url) if login is not None else None
+        headers = {"Authorization": sending.basic()} if sending is not None else {}
         token, lifetime = await self._request_token(realm, params, headers)
         header = f"Bearer {token}"
         self._cache.put(self._registry, scope, header, lifetime)
@@ -175,6 +181,10 @@ def _token_of(response: httpx.Response, what: str, realm: str) -> tuple[str, flo
     expires_in = body.get("expires_in") if isinstance(body, dict) else None
     lifetime = float(expires_in) if isinstance(expires_in, int | float) and expires_in > 0 else None
     return token, lifetime or DEFAULT_TOKEN_LIFETIME_S
+
+
+def _same_origin(one: httpx.URL, other: httpx.URL) -> bool:
+    return (one.scheme, one.host, one.port) == (other.scheme, other.host, other.port)
 
 
 def _where(realm: str) -> str:

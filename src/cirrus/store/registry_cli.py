@@ -28,6 +28,11 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     push.set_defaults(handler=cmd_push)
     pull = commands.add_parser("pull", help="pull a model artifact from an OCI registry into the local cache")
     pull.add_argument("reference")
+    pull.add_argument(
+        "--replace",
+        action="store_true",
+        help="record the pulled manifest even where a local one names a different blob",
+    )
     _insecure_option(pull)
     _credential_options(pull)
     pull.set_defaults(handler=cmd_pull)
@@ -97,6 +102,7 @@ def _source(text: str) -> tuple[Path, dict[str, Any]]:
 def cmd_pull(args: argparse.Namespace) -> int:
     from cirrus.store.exchange import record_pulled
     from cirrus.store.local import LocalStore
+    from cirrus.store.manifest import ManifestError
     from cirrus.store.oci import RegistryError
     from cirrus.store.pull import Puller
 
@@ -107,7 +113,10 @@ def cmd_pull(args: argparse.Namespace) -> int:
     except RegistryError as exc:
         return _fail(exc)
     print(f"pulled {pulled.reference} ({pulled.digest}) to {pulled.path}")
-    recorded = record_pulled(store, pulled)
+    try:
+        recorded = record_pulled(store, pulled, args.replace)
+    except ManifestError as exc:
+        return _fail(exc)
     if recorded is not None:
         print(f"recorded as {recorded.ref} in {store.root}")
     return 0

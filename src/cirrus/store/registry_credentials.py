@@ -44,8 +44,9 @@ def default_docker_config() -> Path:
 
 @dataclass(frozen=True)
 class CredentialStore:
-    """Credentials per registry host. Configured credentials go to `only_host` when it is set, else to every
-    registry that asks; a host they do not cover falls back to the Docker config."""
+    """Credentials per registry host. Configured credentials go to `only_host` when it is set, else to the
+    registry of the reference at hand (and its token service; never to a host it redirects to, see
+    `registry_auth`); a host they do not cover falls back to the Docker config."""
 
     configured: Credentials | None = None
     only_host: str | None = None
