@@ -224,7 +224,6 @@ async def test_an_unreachable_redis_admits_everything_and_warns_once(
 ) -> None:
     limiter = RateLimiter(f"redis://127.0.0.1:{closed_port()}/0")
     principal, spec = token(requests_per_minute=1, tokens_per_minute=1), model()
-    started = time.monotonic()
     try:
         with caplog.at_level(logging.WARNING, logger="cirrus.ratelimit"):
             statuses = [await limiter.admit(principal, spec) for _ in range(3)]
@@ -233,7 +232,6 @@ async def test_an_unreachable_redis_admits_everything_and_warns_once(
         await limiter.close()
     assert statuses == [RateStatus(requests=None)] * 3
     assert statuses[0].headers() == {}
-    assert time.monotonic() - started < 2.0
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "unreachable" in warnings[0].getMessage()
 
