@@ -7,7 +7,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from cirrus.store.oci import (
 from cirrus.store.pull import MAX_CONFIG_BYTES, PulledModel, Puller
 from cirrus.store.push import describe_gguf, push
 from tests.integration.server import free_port, running_server, write_catalog
+from tests.services.http_server import serving
 from tests.services.registry import Registry, running_registry
 
 pytestmark = pytest.mark.integration
@@ -226,14 +226,8 @@ class Nonsense(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def nonsense_server() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Nonsense)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Nonsense) as server:
         yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_cli_reports_a_registry_that_is_down_or_answers_garbage(tmp_path: Path, nonsense_server: str) -> None:

@@ -12,7 +12,6 @@ import binascii
 import http.server
 import json
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
+
+from tests.services.http_server import serving
 
 SERVICE = "cirrus-test"
 ISSUER = "cirrus-test-issuer"
@@ -138,12 +139,6 @@ def running_token_service(
     """A token service on 127.0.0.1 with a fresh signing key under `folder`; shut down on exit."""
     key = SigningKey.create(folder)
     service = TokenService("", key, users, anonymous_actions)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(service))
-    service.realm = f"http://127.0.0.1:{server.server_address[1]}/token"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(service)) as server:
+        service.realm = f"http://127.0.0.1:{server.server_address[1]}/token"
         yield service
-    finally:
-        server.shutdown()
-        server.server_close()

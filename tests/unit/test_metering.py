@@ -5,12 +5,11 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -39,6 +38,7 @@ from cirrus.metering.neurons import billable_neurons, neurons_for, price
 from cirrus.metering.periods import seconds_to_next_day, seconds_to_next_month, utc_day, utc_month
 from cirrus.metering.record import CacheStatus, UsageRecord
 from cirrus.metering.store import UsageStore
+from tests.services.http_server import serving
 
 NOW = datetime(2025, 3, 14, 18, 0, tzinfo=UTC).timestamp()
 DAY, MONTH = "2025-03-14", "2025-03"
@@ -380,14 +380,10 @@ class Webhook(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Webhook)
-    received: list[dict[str, Any]] = []
-    server.received = received  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/alerts", received
-    server.shutdown()
-    server.server_close()
+    with serving(Webhook) as server:
+        received: list[dict[str, Any]] = []
+        server.received = received  # type: ignore[attr-defined]
+        yield f"http://127.0.0.1:{server.server_address[1]}/alerts", received
 
 
 async def test_each_threshold_is_announced_once_across_gateways(

@@ -5,7 +5,6 @@ import base64
 import contextlib
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -23,6 +22,7 @@ from cirrus.store.registry_credentials import (
     CredentialStore,
     docker_config_credentials,
 )
+from tests.services import http_server
 
 PASSWORD = "hunter2-secret"
 
@@ -154,14 +154,8 @@ class Recorder(http.server.BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def serving(handler: type[Recorder]) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with http_server.serving(handler) as server:
         yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_credentials_never_go_to_a_host_the_registry_redirects_to() -> None:

@@ -8,15 +8,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
-
 from cirrus.families.errors import FamilyInputError
 from cirrus.families.toolcalls import tool_specs
 
 
 def json_object_grammar() -> str:
     """`response_format: {"type": "json_object"}`: any JSON value, as llama.cpp's json.gbnf allows."""
-    return JSON_GBNF
+    from llama_cpp.llama_grammar import JSON_GBNF  # imported on use: it loads the engine's library
+
+    return str(JSON_GBNF)
 
 
 # Repetition bounds expand into the grammar one copy at a time, and llama.cpp parses grammars recursively:
@@ -58,6 +58,8 @@ def _check_bounds(node: Any, param: str, depth: int) -> None:
 
 
 def _converted(schema: Mapping[str, Any], param: str) -> str:
+    from llama_cpp.llama_grammar import json_schema_to_gbnf  # imported on use: it loads the engine's library
+
     try:
         return str(json_schema_to_gbnf(json.dumps(schema)))
     except Exception as exc:  # the converter raises bare ValueErrors, KeyErrors and more on bad schemas

@@ -3,15 +3,20 @@ Jinja environment with trim_blocks, lstrip_blocks, `raise_exception`, `tojson`, 
 
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any
-
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from typing import TYPE_CHECKING, Any
 
 from cirrus.families.errors import FamilyInputError
 
+if TYPE_CHECKING:
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
 
 @lru_cache(maxsize=32)
-def _formatter(template: str, add_generation_prompt: bool) -> Jinja2ChatFormatter:
+def _formatter(template: str, add_generation_prompt: bool) -> "Jinja2ChatFormatter":
+    # Imported here: rendering happens in worker processes, and importing llama_cpp loads the engine's shared
+    # library, which the API server does not otherwise need.
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
     return Jinja2ChatFormatter(
         template=template, eos_token="", bos_token="", add_generation_prompt=add_generation_prompt
     )

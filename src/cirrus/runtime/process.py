@@ -202,14 +202,8 @@ class WorkerProcess:
     ) -> AsyncIterator[GenerationEvent]:
         """Stream one generation. Leaving early (break, cancel, error) cancels it in the worker; past the
         deadline (on the loop's clock) it raises RequestTimeout. One timer per request, not one per token."""
-        if self._dead:
-            raise WorkerCrashed("the model's worker process is not running")
-        queue: asyncio.Queue[Frame | CirrusError] = asyncio.Queue()
-        self._streams[request_id] = queue
+        queue, timer = self._open_stream(request_id, deadline)
         finished = False
-        timer = None
-        if deadline is not None:
-            timer = asyncio.get_running_loop().call_at(deadline, queue.put_nowait, _timed_out())
         try:
             await self._send({"type": "generate", "id": request_id, "input": inputs.to_frame()})
             while not finished:
@@ -220,12 +214,7 @@ class WorkerProcess:
             finished = True
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
-            if not finished:
-                self._abandon(request_id, queue)
-            else:
-                self._streams.pop(request_id, None)
+            self._close_stream(request_id, queue, timer, settled=finished)
 
     def _event(self, item: Frame | CirrusError) -> GenerationEvent:
         if isinstance(item, CirrusError):
@@ -246,26 +235,43 @@ class WorkerProcess:
         self, request_id: str, inputs: EmbeddingInput, deadline: float | None = None
     ) -> Embeddings:
         """One request's embeddings. Leaving early (cancel, deadline) cancels it in the worker if not started."""
-        if self._dead:
-            raise WorkerCrashed("the model's worker process is not running")
-        queue: asyncio.Queue[Frame | CirrusError] = asyncio.Queue()
-        self._streams[request_id] = queue
+        queue, timer = self._open_stream(request_id, deadline)
         answered = False
-        timer = None
-        if deadline is not None:
-            timer = asyncio.get_running_loop().call_at(deadline, queue.put_nowait, _timed_out())
         try:
             await self._send({"type": "embed", "id": request_id, "input": inputs.to_frame()})
             item = await queue.get()
             answered = not isinstance(item, CirrusError)
             return _embeddings(item)
         finally:
-            if timer is not None:
-                timer.cancel()
-            if answered or self._dead:
-                self._streams.pop(request_id, None)
-            else:
-                self._abandon(request_id, queue)
+            self._close_stream(request_id, queue, timer, settled=answered or self._dead)
+
+    def _open_stream(
+        self, request_id: str, deadline: float | None
+    ) -> tuple[asyncio.Queue[Frame | CirrusError], asyncio.TimerHandle | None]:
+        """The queue the reader delivers this request's frames to, and one timer for its deadline."""
+        if self._dead:
+            raise WorkerCrashed("the model's worker process is not running")
+        queue: asyncio.Queue[Frame | CirrusError] = asyncio.Queue()
+        self._streams[request_id] = queue
+        timer = None
+        if deadline is not None:
+            timer = asyncio.get_running_loop().call_at(deadline, queue.put_nowait, _timed_out())
+        return queue, timer
+
+    def _close_stream(
+        self,
+        request_id: str,
+        queue: asyncio.Queue[Frame | CirrusError],
+        timer: asyncio.TimerHandle | None,
+        settled: bool,
+    ) -> None:
+        """A request the worker has finished is forgotten; one left early is cancelled in the worker."""
+        if timer is not None:
+            timer.cancel()
+        if settled:
+            self._streams.pop(request_id, None)
+        else:
+            self._abandon(request_id, queue)
 
     def _abandon(self, request_id: str, queue: asyncio.Queue[Frame | CirrusError]) -> None:
         task = asyncio.get_running_loop().create_task(self._cancel_and_settle(request_id, queue))
