@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make .venv ready to serve and test, from nothing: a Python 3.11 virtual environment, llama-cpp-python built
-# once per machine into a cached wheel (with the flags these processors need), Cirrus, and the shipped models.
+# once per machine into a cached wheel (with the flags these processors need and engine/patches applied to its
+# llama.cpp), Cirrus, and the shipped models.
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,9 @@ SMOLLM_VERSION=0.1.2
 # AMX instructions fault on these machines' processors: tune natively, minus AMX (see shared DESIGN.md).
 NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 ENGINE_CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='${NO_AMX}' -DCMAKE_CXX_FLAGS='${NO_AMX}'"
-KEY=$(printf '%s|%s|%s' "$LLAMA_VERSION" "$ENGINE_CMAKE_ARGS" "$(uname -m)" | sha256sum | cut -c1-12)
+shopt -s nullglob
+PATCHES=(engine/patches/*.patch)
+KEY=$( (printf '%s|%s|%s' "$LLAMA_VERSION" "$ENGINE_CMAKE_ARGS" "$(uname -m)"; cat "${PATCHES[@]}") | sha256sum | cut -c1-12)
 WHEEL_DIR="${CIRRUS_WHEEL_CACHE:-$HOME/.cache/cirrus/wheels}/llama-cpp-python-${LLAMA_VERSION}-${KEY}"
 VENV=.venv
 PY="$VENV/bin/python"
@@ -34,25 +37,41 @@ make_venv() {
   "${PIP[@]}" install --upgrade pip
 }
 
+patched_engine_source() {
+  # The sdist from PyPI, with engine/patches applied to its vendored llama.cpp (see engine/README.md).
+  local work="$1"
+  "${PIP[@]}" download --no-deps --no-binary :all: -d "$work" "llama-cpp-python==${LLAMA_VERSION}" >&2
+  tar xzf "$work"/llama_cpp_python-"${LLAMA_VERSION}".tar.gz -C "$work"
+  local patch
+  for patch in "${PATCHES[@]}"; do
+    patch -d "$work/llama_cpp_python-${LLAMA_VERSION}/vendor/llama.cpp" -p1 --forward --batch --quiet < "$patch"
+  done
+  echo "$work/llama_cpp_python-${LLAMA_VERSION}"
+}
+
 build_engine_wheel() {
   mkdir -p "$WHEEL_DIR"
   exec 9>"$WHEEL_DIR.lock"
   flock 9
   if ! ls "$WHEEL_DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-    say "building llama-cpp-python $LLAMA_VERSION once for this machine (about 7-10 minutes on 2 cores)"
-    CMAKE_ARGS="$ENGINE_CMAKE_ARGS" "${PIP[@]}" wheel --no-cache-dir --no-deps -w "$WHEEL_DIR" \
-      "llama-cpp-python==${LLAMA_VERSION}"
+    say "building llama-cpp-python $LLAMA_VERSION with ${#PATCHES[@]} engine patches, once for this machine (about 7-10 minutes on 2 cores)"
+    local work source
+    work=$(mktemp -d)
+    source=$(patched_engine_source "$work")
+    CMAKE_ARGS="$ENGINE_CMAKE_ARGS" "${PIP[@]}" wheel --no-cache-dir --no-deps -w "$WHEEL_DIR" "$source"
+    rm -rf "$work"
   fi
   flock -u 9
 }
 
 install_engine() {
-  if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('llama-cpp-python') != '$LLAMA_VERSION')" 2>/dev/null; then
-    return
-  fi
+  # The wheel's version does not say which patches it carries; the stamp does.
+  local stamp="$VENV/.cirrus-engine"
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$KEY" ] && return
   build_engine_wheel
   say "installing the engine wheel"
   "${PIP[@]}" install --force-reinstall --no-deps "$WHEEL_DIR"/llama_cpp_python-*.whl
+  echo "$KEY" > "$stamp"
 }
 
 install_project() {

@@ -161,12 +161,16 @@ class LlamaModel:
     def set_threads(self, threads: int) -> None:
         llama_cpp.llama_set_n_threads(self._ctx, threads, threads)
 
+    def logits(self, index: int) -> "np.ndarray[Any, np.dtype[np.float32]]":
+        """The logits of the index-th token of the last decoded batch (a view: valid until the next decode)."""
+        pointer = llama_cpp.llama_get_logits_ith(self._ctx, index)
+        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
+
     def sample(self, sampler: "Sampler", index: int) -> int:
         if sampler.plain_greedy:
             # llama_sampler_sample copies every logit into a candidates array first (3 MB per token for
             # Gemma's 262,144-token vocabulary); argmax over the logits picks the same token (the first maximum).
-            logits = llama_cpp.llama_get_logits_ith(self._ctx, index)
-            return int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
+            return int(self.logits(index).argmax())
         return int(llama_cpp.llama_sampler_sample(sampler.handle, self._ctx, index))
 
     def close(self) -> None:

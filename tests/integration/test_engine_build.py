@@ -1,0 +1,149 @@
+"""The engine Cirrus builds (llama-cpp-python with engine/patches) computes what the stock engine computes.
+
+engine/patches speed up llama.cpp: a batched kernel for Q4_1 weights and a faster vocabulary load. Neither may
+change a result: a sequence decoded inside a batch gets bitwise the logits it gets alone, and every model's
+vocabulary (token texts, pieces, attributes, special tokens, tokenization) is the one the stock engine loads,
+whose fingerprint was recorded with the unpatched build.
+"""
+
+import ctypes
+import hashlib
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import pytest
+
+from cirrus.catalog import ArtifactRef, load_catalog
+from cirrus.catalog.artifacts import materialize
+from cirrus.config import Settings
+from cirrus.runtime.llama import ContextShape, LlamaModel
+from tests.integration.conftest import GEMMA, SMOLLM
+
+# sha256 of vocabulary_fingerprint() computed with the stock llama-cpp-python 0.3.36 build (no patches).
+STOCK_VOCABULARY = {
+    SMOLLM: "8943f8f7faea8547f4ba286ba7f6a2e01ac853f0e624904783e0d4be99d92d71",
+    GEMMA: "89d497cf5bdda6e37f39ed6889a724d9445ee311945c94ea84c2befc2ef7936b",
+}
+CORPUS = (
+    "Hello, world! Serverless inference on your own machines.",
+    "  leading spaces, trailing spaces   \n\n\ttabs and newlines\r\n",
+    "Accents: déjà vu, naïve, Ångström. CJK: 你好，世界。日本語のテキスト。 한국어 문장.",
+    "Emoji 🚀🔥👩‍💻 and RTL: مرحبا بالعالم, שלום עולם.",
+    'Code: def f(x: int) -> int:\n    return x ** 2  # squares\n{"json": [1, 2.5, null]}',
+    "Numbers 1234567890 3.14159 -42 1e-9 and URLs https://example.com/a?b=c&d=e.",
+)
+PROMPTS = (
+    "The history of the printing press begins",
+    "Coral reefs are",
+    "Write a haiku about glaciers:",
+    "def fibonacci(n):",
+    "Honeybees communicate by",
+    "The steam engine changed",
+    "In mathematics, a prime number is",
+    "Roman aqueducts carried water",
+)
+
+
+def model_path(model_id: str) -> Path:
+    cache_dir = Settings().cache_dir  # where the server keeps the assembled Gemma GGUF too
+    artifact: ArtifactRef = load_catalog(None, cache_dir).get(model_id).artifact
+    return materialize(artifact, cache_dir)
+
+
+def vocabulary_fingerprint(path: Path) -> str:
+    """A digest of everything the vocabulary decides: token texts, scores, attributes, pieces, special tokens and
+    the tokenization of a varied corpus with and without special-token parsing."""
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    assert model, f"llama.cpp could not load {path}"
+    try:
+        vocab = llama_cpp.llama_model_get_vocab(model)
+        digest = hashlib.sha256()
+        _digest_tokens(vocab, digest)
+        _digest_specials(vocab, digest)
+        for text in (*CORPUS, *_special_texts(vocab)):
+            for add_special in (False, True):
+                for parse_special in (False, True):
+                    digest.update(repr(_tokenize(vocab, text, add_special, parse_special)).encode())
+        return digest.hexdigest()
+    finally:
+        llama_cpp.llama_model_free(model)
+
+
+def _digest_tokens(vocab: object, digest: "hashlib._Hash") -> None:
+    buffer = ctypes.create_string_buffer(256)
+    for token in range(llama_cpp.llama_vocab_n_tokens(vocab)):
+        digest.update(llama_cpp.llama_vocab_get_text(vocab, token))
+        score, attr = (
+            llama_cpp.llama_vocab_get_score(vocab, token),
+            llama_cpp.llama_vocab_get_attr(vocab, token),
+        )
+        digest.update(repr((score, attr, llama_cpp.llama_vocab_is_eog(vocab, token))).encode())
+        for special in (False, True):
+            size = llama_cpp.llama_token_to_piece(vocab, token, buffer, len(buffer), 0, special)
+            digest.update(buffer.raw[: max(size, 0)] + repr(size).encode())
+
+
+def _digest_specials(vocab: object, digest: "hashlib._Hash") -> None:
+    getters = ("bos", "eos", "eot", "sep", "nl", "pad", "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep")
+    ids = [getattr(llama_cpp, f"llama_vocab_{name}")(vocab) for name in getters]
+    flags = [llama_cpp.llama_vocab_get_add_bos(vocab), llama_cpp.llama_vocab_get_add_eos(vocab)]
+    digest.update(repr((ids, flags)).encode())
+
+
+def _special_texts(vocab: object) -> list[str]:
+    """Every control or user-defined token's text, embedded in ordinary text."""
+    texts = []
+    for token in range(llama_cpp.llama_vocab_n_tokens(vocab)):
+        if llama_cpp.llama_vocab_is_control(vocab, token):
+            text = llama_cpp.llama_vocab_get_text(vocab, token).decode("utf-8", errors="replace")
+            texts.append(f"before{text}after {text} end")
+    return texts[:512]
+
+
+def _tokenize(vocab: object, text: str, add_special: bool, parse_special: bool) -> list[int]:
+    data = text.encode()
+    capacity = len(data) + 16
+    tokens = (llama_cpp.llama_token * capacity)()
+    count = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, capacity, add_special, parse_special)
+    assert count >= 0
+    return list(tokens[:count])
+
+
+@pytest.mark.parametrize("model_id", [SMOLLM, GEMMA])
+def test_the_vocabulary_is_the_one_the_stock_engine_loads(model_id: str) -> None:
+    assert vocabulary_fingerprint(model_path(model_id)) == STOCK_VOCABULARY[model_id]
+
+
+def greedy_logits(model: LlamaModel, prompts: list[list[int]], steps: int) -> list[list[np.ndarray]]:
+    """Each prompt evaluated, then `steps` greedy tokens decoded for all of them in one batch per step: the
+    logits every sequence got at every step."""
+    logits: list[list[np.ndarray]] = [[] for _ in prompts]
+    for sequence, tokens in enumerate(prompts):
+        last = len(tokens) - 1
+        model.decode([(token, position, sequence, position == last) for position, token in enumerate(tokens)])
+        logits[sequence].append(model.logits(last).copy())
+    positions = [len(tokens) for tokens in prompts]
+    for _ in range(steps):
+        nexts = [int(rows[-1].argmax()) for rows in logits]
+        model.decode([(token, positions[s], s, True) for s, token in enumerate(nexts)])
+        for sequence in range(len(prompts)):
+            logits[sequence].append(model.logits(sequence).copy())
+            positions[sequence] += 1
+    return logits
+
+
+def test_q4_1_sequences_get_bitwise_the_same_logits_alone_and_in_a_batch() -> None:
+    model = LlamaModel(str(model_path(SMOLLM)), ContextShape(kv_cells=4096, sequences=8, threads=2))
+    try:
+        prompts = [model.tokenize(text, True) for text in PROMPTS]
+        together = greedy_logits(model, prompts, steps=12)
+        for sequence, tokens in enumerate(prompts):
+            model.clear()
+            [alone] = greedy_logits(model, [tokens], steps=12)
+            for step, (a, b) in enumerate(zip(alone, together[sequence], strict=True)):
+                assert np.array_equal(a, b), f"prompt {sequence} differs at step {step}"
+    finally:
+        model.close()
