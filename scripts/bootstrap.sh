@@ -13,6 +13,7 @@ NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 ENGINE_CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='${NO_AMX}' -DCMAKE_CXX_FLAGS='${NO_AMX}'"
 shopt -s nullglob
 PATCHES=(engine/patches/*.patch)
+shopt -u nullglob
 KEY=$( (printf '%s|%s|%s' "$LLAMA_VERSION" "$ENGINE_CMAKE_ARGS" "$(uname -m)"; cat /dev/null "${PATCHES[@]}") | sha256sum | cut -c1-12)
 WHEEL_DIR="${CIRRUS_WHEEL_CACHE:-$HOME/.cache/cirrus/wheels}/llama-cpp-python-${LLAMA_VERSION}-${KEY}"
 VENV=.venv

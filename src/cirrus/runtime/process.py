@@ -54,6 +54,9 @@ class EngineInfo:
 # glibc: serve large allocations from the heap rather than fresh mmaps, and never give freed heap back, so memory
 # faulted in ahead of time is what llama.cpp's buffers later reuse.
 _KEEP_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 32)}
+# A worker uses numpy for argmax only; OpenBLAS's own thread pool, started when numpy is imported, would only
+# compete with llama.cpp's threads for the cores.
+_ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 def _timed_out() -> RequestTimeout:
@@ -114,7 +117,7 @@ class WorkerProcess:
             str(heap_bytes),
             pass_fds=(child_sock.fileno(),),
             stdin=asyncio.subprocess.DEVNULL,
-            env={**os.environ, **(_KEEP_HEAP if heap_bytes else {})},
+            env={**os.environ, **_ONE_BLAS_THREAD, **(_KEEP_HEAP if heap_bytes else {})},
         )
         child_sock.close()
         worker = cls(proc, await SocketTransport.over(parent_sock))

@@ -157,7 +157,10 @@ def main(argv: list[str]) -> None:
     sock = socket.socket(fileno=int(argv[1]))
     prefault_heap(int(argv[2]) if len(argv) > 2 else 0)
     channel = BlockingChannel(sock)
-    channel.send({"type": "idle"})  # imported and prefaulted: a cold start that takes us pays for neither
+    try:
+        channel.send({"type": "idle"})  # imported and prefaulted: a cold start that takes us pays for neither
+    except OSError:
+        os._exit(0)  # the server stopped while we were starting: nobody is left to serve
     Worker(channel).serve()
 
 
