@@ -8,7 +8,8 @@ import asyncio
 import contextlib
 import logging
 
-from cirrus.catalog import Catalog, load_catalog
+from cirrus.api.chat.family_lookup import learn_families
+from cirrus.catalog import Catalog, ModelSpec, load_catalog
 from cirrus.catalog.registered import registered_models_path
 from cirrus.config import Settings
 from cirrus.gateway.auth import Authenticator
@@ -78,6 +79,19 @@ class Platform:
         for entry in self.catalog.entries():
             if entry.spec.pinned and entry.installed:
                 self._background.append(asyncio.create_task(self._prewarm_pinned(entry.spec.id)))
+        present = [entry.spec for entry in self.catalog.entries() if self.catalog.is_present(entry.spec)]
+        self._background.append(asyncio.create_task(self._learn_models(present)))
+
+    async def _learn_models(self, specs: list[ModelSpec]) -> None:
+        """What a model's first cold start would otherwise read from its GGUF before loading it: the memory
+        estimate and the chat family (each walks the whole vocabulary: 27 ms for SmolLM2, 70 ms for Gemma 3).
+        A file that cannot be read is left for its first request to report."""
+        for spec in specs:
+            with contextlib.suppress(Exception):
+                await self.launcher.estimate(spec)
+        await learn_families(
+            [spec for spec in specs if spec.task == "text-generation"], self.launcher, self.catalog
+        )
 
     async def _prewarm_pinned(self, model_id: str) -> None:
         try:

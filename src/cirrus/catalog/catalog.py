@@ -35,7 +35,11 @@ class Catalog:
 
     def is_installed(self, spec: ModelSpec) -> bool:
         """Present, or (an OCI artifact) pulled from its registry on first use."""
-        return spec.artifact.oci is not None or locate(spec.artifact, self.cache_dir) is not None
+        return spec.artifact.oci is not None or self.is_present(spec)
+
+    def is_present(self, spec: ModelSpec) -> bool:
+        """Its file is on this machine now (an OCI artifact counts once pulled)."""
+        return locate(spec.artifact, self.cache_dir) is not None
 
     def get(self, model_id: str) -> ModelSpec:
         spec = self._specs.get(model_id)

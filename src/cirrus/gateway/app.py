@@ -4,6 +4,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+# Starlette imports anyio's asyncio backend at the first streamed answer; without a bytecode cache that is ~20 ms
+# the first caller would wait for.
+import anyio._backends._asyncio  # noqa: F401
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 

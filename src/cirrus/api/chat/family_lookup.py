@@ -2,6 +2,8 @@
 `chat_template`, else the GGUF's own `tokenizer.chat_template`), else none."""
 
 import asyncio
+import contextlib
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -45,3 +47,10 @@ def _gguf_family(path: str, mtime_ns: int) -> Family | None:
     """Keyed by modification time too, so a re-packed file is read again."""
     template = read_metadata(Path(path)).get(TEMPLATE_KEY)
     return family_of_template(template) if isinstance(template, str) else None
+
+
+async def learn_families(specs: Iterable[ModelSpec], launcher: ArtifactPaths, catalog: Specs) -> None:
+    """Read these models' families ahead, so that their first requests do not wait for it."""
+    for spec in specs:
+        with contextlib.suppress(Exception):
+            await model_family(spec, launcher, catalog)
