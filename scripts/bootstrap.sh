@@ -4,6 +4,7 @@
 # llama.cpp), Cirrus, and the shipped models.
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
+shopt -s inherit_errexit  # a failing step inside "$(...)" stops the script too
 cd "$(dirname "$0")/.."
 
 LLAMA_VERSION=0.3.36
@@ -14,7 +15,7 @@ ENGINE_CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='${NO_AMX}' -DCMAKE_CXX_FLAG
 shopt -s nullglob
 PATCHES=(engine/patches/*.patch)
 shopt -u nullglob
-KEY=$( (printf '%s|%s|%s' "$LLAMA_VERSION" "$ENGINE_CMAKE_ARGS" "$(uname -m)"; cat /dev/null "${PATCHES[@]}") | sha256sum | cut -c1-12)
+KEY=$( (printf '%s|%s|%s' "$LLAMA_VERSION" "$ENGINE_CMAKE_ARGS" "$(uname -m)"; cat /dev/null ${PATCHES[@]+"${PATCHES[@]}"}) | sha256sum | cut -c1-12)
 WHEEL_DIR="${CIRRUS_WHEEL_CACHE:-$HOME/.cache/cirrus/wheels}/llama-cpp-python-${LLAMA_VERSION}-${KEY}"
 VENV=.venv
 PY="$VENV/bin/python"
@@ -44,8 +45,10 @@ patched_engine_source() {
   "${PIP[@]}" download --no-deps --no-binary :all: -d "$work" "llama-cpp-python==${LLAMA_VERSION}" >&2
   tar xzf "$work"/llama_cpp_python-"${LLAMA_VERSION}".tar.gz -C "$work"
   local patch
-  for patch in "${PATCHES[@]}"; do
-    patch -d "$work/llama_cpp_python-${LLAMA_VERSION}/vendor/llama.cpp" -p1 --forward --batch --quiet < "$patch"
+  for patch in ${PATCHES[@]+"${PATCHES[@]}"}; do
+    # No fuzz: a patch that no longer applies exactly must fail the build, not build something else.
+    patch -d "$work/llama_cpp_python-${LLAMA_VERSION}/vendor/llama.cpp" -p1 --forward --batch --fuzz=0 \
+      < "$patch" >&2 || { echo "bootstrap: $patch does not apply to llama-cpp-python $LLAMA_VERSION" >&2; exit 1; }
   done
   echo "$work/llama_cpp_python-${LLAMA_VERSION}"
 }
@@ -56,11 +59,11 @@ build_engine_wheel() {
   flock 9
   if ! ls "$WHEEL_DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     say "building llama-cpp-python $LLAMA_VERSION with ${#PATCHES[@]} engine patches, once for this machine (about 7-10 minutes on 2 cores)"
-    local work source
-    work=$(mktemp -d)
-    source=$(patched_engine_source "$work")
+    local source
+    ENGINE_WORK=$(mktemp -d)
+    trap 'rm -rf "$ENGINE_WORK"' EXIT
+    source=$(patched_engine_source "$ENGINE_WORK")
     CMAKE_ARGS="$ENGINE_CMAKE_ARGS" "${PIP[@]}" wheel --no-cache-dir --no-deps -w "$WHEEL_DIR" "$source"
-    rm -rf "$work"
   fi
   flock -u 9
 }
@@ -68,7 +71,10 @@ build_engine_wheel() {
 install_engine() {
   # The wheel's version does not say which patches it carries; the stamp does.
   local stamp="$VENV/.cirrus-engine"
-  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$KEY" ] && return
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$KEY" ] && "$PY" -c \
+    "import importlib.metadata as m, sys; sys.exit(m.version('llama-cpp-python') != '$LLAMA_VERSION')" 2>/dev/null; then
+    return
+  fi
   build_engine_wheel
   say "installing the engine wheel"
   "${PIP[@]}" install --force-reinstall --no-deps "$WHEEL_DIR"/llama_cpp_python-*.whl

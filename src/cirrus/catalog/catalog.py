@@ -35,11 +35,12 @@ class Catalog:
 
     def is_installed(self, spec: ModelSpec) -> bool:
         """Present, or (an OCI artifact) pulled from its registry on first use."""
-        return spec.artifact.oci is not None or self.is_present(spec)
+        return spec.artifact.oci is not None or locate(spec.artifact, self.cache_dir) is not None
 
     def is_present(self, spec: ModelSpec) -> bool:
-        """Its file is on this machine now (an OCI artifact counts once pulled)."""
-        return locate(spec.artifact, self.cache_dir) is not None
+        """Its file is on this machine now: not pulled, assembled or packed on first use."""
+        path = locate(spec.artifact, self.cache_dir)
+        return path is not None and path.is_file()
 
     def get(self, model_id: str) -> ModelSpec:
         spec = self._specs.get(model_id)

@@ -1,12 +1,10 @@
 """Build the ASGI app: routers, error handlers, and the middleware stack in one place."""
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-# Starlette imports anyio's asyncio backend at the first streamed answer; without a bytecode cache that is ~20 ms
-# the first caller would wait for.
-import anyio._backends._asyncio  # noqa: F401
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
@@ -22,6 +20,11 @@ from cirrus.gateway.handlers import install_handlers
 from cirrus.gateway.json_body import JsonBodyMiddleware
 from cirrus.gateway.request_id import RequestIdMiddleware
 from cirrus.platform import Platform
+
+# Starlette imports anyio's asyncio backend at the first streamed answer; without a bytecode cache that is ~20 ms
+# the first caller would wait for. A private module: if anyio moves it, the first caller pays again, nothing breaks.
+with contextlib.suppress(ImportError):
+    import anyio._backends._asyncio  # noqa: F401
 
 ROUTERS = (
     run.router,

@@ -41,15 +41,21 @@ class ProcessLauncher:
         self._settings = settings
         self._estimates: dict[str, MemoryEstimate] = {}
         self._paths: dict[str, Path] = {}
+        self._fetches: dict[str, asyncio.Future[Path]] = {}
         self._text_tokens: dict[str, int] = {}  # embeddings models: the most tokens one text may have
         self.spares = SpareWorkers(settings.spare_workers, settings.spare_heap_bytes)
         # Registry credentials: CIRRUS_REGISTRY_USERNAME/PASSWORD, else the user's Docker config.
         self._puller = Puller(catalog.cache_dir / "store", CredentialStore.from_settings(settings))
 
     async def artifact_path(self, spec: ModelSpec) -> Path:
+        """Concurrent callers share one fetch: two assemblies or pulls of one file would overwrite each other."""
         if spec.id not in self._paths:
             self._catalog.require_installed(spec.id)
-            self._paths[spec.id] = await self._fetch(spec)
+            fetch = self._fetches.get(spec.id)
+            if fetch is None:
+                fetch = self._fetches[spec.id] = asyncio.ensure_future(self._fetch(spec))
+                fetch.add_done_callback(lambda _: self._fetches.pop(spec.id, None))
+            self._paths[spec.id] = await asyncio.shield(fetch)
         return self._paths[spec.id]
 
     async def _fetch(self, spec: ModelSpec) -> Path:
