@@ -45,6 +45,7 @@ from bench.core import (
     cpu_model,
     cpu_sample,
     free_port,
+    instances,
     load_average,
     naive_cold,
     others_cores,
@@ -589,6 +590,7 @@ def throughput(config: Config, api: Api, plan: "Plan", phases: Phases, log: IO[s
 class Cold:
     cirrus: list[Reply] = field(default_factory=list)
     naive_s: list[float] = field(default_factory=list)
+    phases: list[dict[str, float]] = field(default_factory=list)  # Cirrus's process, load, first token (s)
 
 
 @dataclass
@@ -613,8 +615,16 @@ def cold_start(config: Config, api: Api, naive_text: str, log: IO[str], noisy: t
             check_quiet(noisy)
             warm_page_cache(config.path)
             cold.cirrus += asyncio.run(sequential(url, api, CIRRUS, [prompt], COLD_TOKENS))
+            cold.phases.append(cold_start_phases(client, config.spec.id))
             cold.naive_s.append(naive_cold(config, naive_text))
     return cold
+
+
+def cold_start_phases(client: httpx.Client, model_id: str) -> dict[str, float]:
+    """The cold-started instance's own account: getting a process, loading the model, reaching a first token."""
+    [instance] = [i for i in instances(client) if i["model"] == model_id]
+    phases: dict[str, float] = instance["cold_start_phases"]
+    return phases
 
 
 def prefix_cirrus(
@@ -762,7 +772,17 @@ def cold_lines(cold: Cold) -> list[str]:
         f"  naive process: spawn to first token         {spread(cold.naive_s)}   "
         f"samples {' '.join(ms(v) for v in cold.naive_s)}",
         f"  prompt tokens (Cirrus usage): {counts([r.stream.prompt_tokens for r in cold.cirrus])}",
+        f"  Cirrus phases: {phase_spreads(cold.phases)}",
     ]
+
+
+def phase_spreads(phases: list[dict[str, float]]) -> str:
+    """process (a spare taken), load (the model in it), first token (from the request's admission), ms."""
+    names = {"process_s": "process", "load_s": "load", "first_token_s": "first token"}
+    found = {label: [run[key] for run in phases if key in run] for key, label in names.items()}
+    return (
+        ", ".join(f"{label} {spread(values)}" for label, values in found.items() if values) or "none reported"
+    )
 
 
 def prefix_line(name: str, pairs: list[tuple[Reply, Reply]]) -> str:
