@@ -11,8 +11,8 @@ test-setup:
 	@scripts/bootstrap.sh --test-services
 
 lint: test-setup
-	.venv/bin/ruff check src tests bench
-	.venv/bin/ruff format --check src tests bench
+	.venv/bin/ruff check src tests bench engine
+	.venv/bin/ruff format --check src tests bench engine
 	.venv/bin/mypy
 
 test: lint
