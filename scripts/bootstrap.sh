@@ -39,6 +39,17 @@ make_venv() {
   "${PIP[@]}" install --upgrade pip
 }
 
+require_patch_tool() {
+  command -v patch >/dev/null && return
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    say "installing patch, to apply engine/patches"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patch >/dev/null
+  else
+    echo "bootstrap: building the engine needs the 'patch' program: install it with your package manager" >&2
+    exit 1
+  fi
+}
+
 patched_engine_source() {
   # The sdist from PyPI, with engine/patches applied to its vendored llama.cpp (see engine/README.md).
   local work="$1"
@@ -60,6 +71,7 @@ build_engine_wheel() {
   if ! ls "$WHEEL_DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     say "building llama-cpp-python $LLAMA_VERSION with ${#PATCHES[@]} engine patches, once for this machine (about 7-10 minutes on 2 cores)"
     local source
+    require_patch_tool
     ENGINE_WORK=$(mktemp -d)
     trap 'rm -rf "$ENGINE_WORK"' EXIT
     source=$(patched_engine_source "$ENGINE_WORK")

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import logging
 
-from cirrus.api.chat.family_lookup import learn_families
 from cirrus.catalog import Catalog, ModelSpec, load_catalog
 from cirrus.catalog.registered import registered_models_path
 from cirrus.config import Settings
@@ -83,15 +82,11 @@ class Platform:
         self._background.append(asyncio.create_task(self._learn_models(present)))
 
     async def _learn_models(self, specs: list[ModelSpec]) -> None:
-        """What a model's first cold start would otherwise read from its GGUF before loading it: the memory
-        estimate and the chat family (each walks the whole vocabulary: 27 ms for SmolLM2, 70 ms for Gemma 3).
-        A file that cannot be read is left for its first request to report."""
+        """Read the GGUF metadata a model's first request needs before its cold start (memory estimate, chat
+        family) ahead. A file that cannot be read is left for that request to report."""
         for spec in specs:
             with contextlib.suppress(Exception):
                 await self.launcher.estimate(spec)
-        await learn_families(
-            [spec for spec in specs if spec.task == "text-generation"], self.launcher, self.catalog
-        )
 
     async def _prewarm_pinned(self, model_id: str) -> None:
         try:

@@ -20,7 +20,7 @@ from cirrus.pool.memory import (
 from cirrus.runtime.process import LoadOptions, WorkerProcess
 from cirrus.runtime.spares import SpareWorkers
 from cirrus.store.blobs import BlobError
-from cirrus.store.gguf import read_metadata
+from cirrus.store.gguf import MetaValue, read_metadata
 from cirrus.store.oci import RegistryError
 from cirrus.store.pull import Puller
 from cirrus.store.registry_credentials import CredentialStore
@@ -40,6 +40,7 @@ class ProcessLauncher:
         self._catalog = catalog
         self._settings = settings
         self._estimates: dict[str, MemoryEstimate] = {}
+        self._metadata: dict[str, dict[str, MetaValue]] = {}
         self._paths: dict[str, Path] = {}
         self._fetches: dict[str, asyncio.Future[Path]] = {}
         self._text_tokens: dict[str, int] = {}  # embeddings models: the most tokens one text may have
@@ -77,11 +78,17 @@ class ProcessLauncher:
         except FileNotFoundError as exc:
             raise ModelNotInstalled(str(exc), param="model") from exc
 
+    async def metadata(self, spec: ModelSpec) -> dict[str, MetaValue]:
+        """The GGUF's metadata, read once per model: reading it walks the whole vocabulary (27 ms for SmolLM2,
+        70 ms for Gemma 3), and both the memory estimate and the chat family need it."""
+        if spec.id not in self._metadata:
+            self._metadata[spec.id] = await asyncio.to_thread(read_metadata, await self.artifact_path(spec))
+        return self._metadata[spec.id]
+
     async def estimate(self, spec: ModelSpec) -> MemoryEstimate:
         if spec.id not in self._estimates:
-            path = await self.artifact_path(spec)
-            metadata = await asyncio.to_thread(read_metadata, path)
-            size = path.stat().st_size
+            metadata = await self.metadata(spec)
+            size = (await self.artifact_path(spec)).stat().st_size
             if spec.task == "text-embeddings":
                 tokens = self._text_tokens[spec.id] = longest_text(metadata, spec.context_window)
                 self._estimates[spec.id] = estimate_embedding_instance(metadata, size, tokens)
