@@ -196,6 +196,16 @@ class NotReady(CirrusError):
     openai_code = "not_ready"
 
 
+class DependencyUnavailable(CirrusError):
+    """A store the gateway needs (the database, Redis) is down, frozen or unreachable, and this request cannot be
+    answered safely without it. Retrying later helps; the message names the dependency, never its address."""
+
+    status = 503
+    code = 3057
+    openai_type = "server_error"
+    openai_code = "service_unavailable"
+
+
 class InternalError(CirrusError):
     status = 500
     code = 3000
