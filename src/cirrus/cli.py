@@ -52,6 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from cirrus.gateway.app import create_app
+    from cirrus.gateway.edge_limits import EdgeLimits
+    from cirrus.gateway.edge_protocol import edge_protocol
     from cirrus.gateway.open_mode import open_mode_refusal, tokens_configured
     from cirrus.observability.logs import configure_logging
     from cirrus.platform import Platform
@@ -87,6 +89,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level="info",
         log_config=None,  # uvicorn's loggers write through our JSON handler
         timeout_graceful_shutdown=10,
+        http=edge_protocol(EdgeLimits.from_settings(settings)),  # head limits and connection caps
+        timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     return 0
 

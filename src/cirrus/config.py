@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     reaper_interval_s: float = 1.0
     worker_start_timeout_s: float = 120.0
     worker_cancel_grace_s: float = 5.0
+    # Workers: watchdog. Every loaded worker is pinged each interval; one that leaves pings unanswered for the
+    # heartbeat timeout (stopped, or paging to death), or completes no engine step for the stall time while it
+    # has requests, is killed and its instance replaced. A ping unanswered for one interval already keeps new
+    # requests off it (its instance shows as `unresponsive`).
+    worker_heartbeat_interval_s: float = Field(default=1.0, gt=0)
+    worker_heartbeat_timeout_s: float = Field(default=3.0, gt=0)
+    worker_stall_s: float = Field(default=30.0, gt=0)
     spare_workers: int = 1
     spare_heap_bytes: int = 320 * 1024 * 1024
     max_body_bytes: int = 10 * 1024 * 1024
@@ -48,6 +55,13 @@ class Settings(BaseSettings):
     )
     redis_url: str | None = Field(
         default=None, description="shared rate limits and response cache for several gateways"
+    )
+    # Redis: deadlines and breaker
+    redis_timeout_s: float = Field(
+        default=0.25, gt=0, description="the most one Redis call may take, its retry included"
+    )
+    redis_probe_after_s: float = Field(
+        default=2.0, gt=0, description="after Redis fails it is skipped this long, then one request probes it"
     )
     allow_open: bool = Field(
         default=False, description="serve without tokens on an address other than loopback"
@@ -62,6 +76,59 @@ class Settings(BaseSettings):
     )
     metrics_token_required: bool = False
     log_prompts: bool = False
+
+    # Budgets: reservations (what an admitted request holds against its budget until it is metered)
+    budget_chars_per_token: float = Field(
+        default=4.0,
+        gt=0,
+        description="prompt characters per token, to estimate a prompt before it is tokenized",
+    )
+    budget_prompt_overhead_tokens: int = Field(
+        default=32, ge=0, description="tokens added to each prompt's estimate for the chat template's markup"
+    )
+
+    # The database: deadlines (PostgreSQL; db/guard.py). While it is down or frozen, callers get 503 / 3057 fast.
+    database_timeout_s: float = Field(
+        default=2.0, gt=0, description="the most one database call may take: a pooled connection, a statement"
+    )
+    database_pool_size: int = Field(default=10, gt=0, description="connections one gateway may hold")
+    database_retry_after_s: float = Field(
+        default=2.0, gt=0, description="after a database failure, calls skip it this long, then one probes it"
+    )
+    auth_stale_if_error_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="while the database is unavailable, a token this gateway checked keeps working this long past "
+        "auth_cache_ttl_s (with its account's last known plan); a token revoked just before the outage too",
+    )
+
+    # The edge: connections and headers, enforced by the HTTP server before the app (gateway/edge_protocol.py).
+    max_header_bytes: int = Field(
+        default=64 * 1024, gt=0, description="request line plus headers; a larger head is answered 431"
+    )
+    max_headers: int = Field(
+        default=100, gt=0, description="header fields per request; more are answered 431"
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, description="a head not complete this long after it began is answered 408, closed"
+    )
+    keep_alive_timeout_s: int = Field(
+        default=5, gt=0, description="an idle keep-alive connection is closed after this many seconds"
+    )
+    max_connections: int = Field(
+        default=1024,
+        ge=0,
+        description="open connections in all; one more is answered 503 at once (0: no cap)",
+    )
+    max_connections_per_client: int = Field(
+        default=64, ge=0, description="open connections per client address (behind a proxy: the proxy's)"
+    )
+
+    # Usage retention: per-request usage rows are deleted after this many days; per-day totals are kept.
+    usage_retention_days: float = Field(
+        default=90.0, ge=0, description="how long per-request usage rows are kept (0: forever)"
+    )
+    usage_retention_interval_s: float = Field(default=3600.0, gt=0, description="how often expired rows go")
 
     # Pulling from and pushing to OCI registries that want credentials (else ~/.docker/config.json's are used).
     registry_username: str | None = None

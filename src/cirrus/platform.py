@@ -75,6 +75,8 @@ class Platform:
             self._pipeline = Pipeline(self._gateway)
         self._background.append(asyncio.create_task(self.launcher.spares.fill()))
         self._background.append(asyncio.create_task(self.pool.run_reaper(self.settings.reaper_interval_s)))
+        interval = self.settings.worker_heartbeat_interval_s
+        self._background.append(asyncio.create_task(self.pool.run_watchdog(interval)))
         for entry in self.catalog.entries():
             if entry.spec.pinned and entry.installed:
                 self._background.append(asyncio.create_task(self._prewarm_pinned(entry.spec.id)))

@@ -1,19 +1,25 @@
 """The per-request pipeline: resolve the model, lease an instance, generate (or embed) under a deadline,
-release."""
+release, and say what the worker actually processed (for billing work that ended early)."""
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from cirrus.catalog import Catalog, ModelSpec
-from cirrus.errors import InternalError, InvalidInput
+from cirrus.errors import InternalError, InvalidInput, WorkerCrashed
 from cirrus.pool import Lease, Pool
 from cirrus.runtime.embedding import EmbeddingInput, Embeddings
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.params import GenerationInput, Usage
+from cirrus.runtime.progress import Progress
 
+log = logging.getLogger(__name__)
+# How long closing a request waits for its worker to confirm a cancel (normally one engine step, milliseconds).
+# A worker slower than this is not waited for: the caller's answer goes out, and the slot is released when the
+# worker confirms or is killed after its cancel grace.
+SETTLE_WAIT_S = 0.5
 WHAT_TASKS_DO = {"text-generation": "generate text", "text-embeddings": "embed text"}
 
 
@@ -24,6 +30,9 @@ class InferenceRequest:
     inputs: GenerationInput
     keep_alive_s: float | None = None
     affinity: str | None = None
+    # On the loop's clock: when the whole request (gateway steps included) must be answered; None starts the
+    # time limit when the service is called (the embedded SDK).
+    deadline: float | None = None
 
 
 @dataclass
@@ -55,11 +64,23 @@ class Generation:
     _events: AsyncIterator[GenerationEvent]
     _first: GenerationEvent
     _keep_alive_s: float | None
-    _closed: bool = field(default=False)
+    _request_id: str = ""
+    _progress: Progress = field(default_factory=Progress)
+    _closing: "asyncio.Future[None] | None" = field(default=None)
 
     @property
     def cold_start(self) -> bool:
         return self.lease.cold_start
+
+    def processed_usage(self) -> Usage:
+        """The tokens the worker really processed and generated, for billing; final once the generation is closed
+        (`aclose()` returned, whatever ended it: the last event, the client leaving, the deadline, a crash).
+
+        Finished: the finish event's usage. Cancelled (client gone, deadline): the worker's own count, sent
+        when it confirmed the cancel. A crash, or a worker that did not confirm within SETTLE_WAIT_S: the best
+        figures known, the prompt tokens it reported when it admitted the request and the tokens generated up
+        to its last text frame (reasoning tokens unknown: 0)."""
+        return self._progress.usage()
 
     async def __aiter__(self) -> AsyncIterator[GenerationEvent]:
         try:
@@ -74,17 +95,18 @@ class Generation:
         return await anext(self._events)
 
     async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await asyncio.shield(self._settle_and_release())
+        """Every caller waits for the one close: a later caller (the biller) must not read the usage before the
+        worker confirmed the cancel that an earlier close (the response's iterator) sent."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._settle_and_release())
+        await asyncio.shield(self._closing)
 
     async def _settle_and_release(self) -> None:
-        with contextlib.suppress(Exception):
+        try:
             await self._events.aclose()  # type: ignore[attr-defined]
-        with contextlib.suppress(Exception):
-            await self.lease.worker.settled()
-        self.lease.release(self._keep_alive_s)
+        except Exception:  # closing only cancels in the worker; a failure there is the worker's exit path's
+            log.debug("closing the events of %s failed", self._request_id, exc_info=True)
+        await _settle_and_release(self.lease, self._request_id, self._keep_alive_s)
 
     async def collect(self) -> Completion:
         return await collect(self, self.cold_start, self.lease.queue_s)
@@ -96,6 +118,7 @@ class EmbeddingRequest:
     model: str
     inputs: EmbeddingInput
     keep_alive_s: float | None = None
+    deadline: float | None = None  # as InferenceRequest's
 
 
 @dataclass(frozen=True)
@@ -111,7 +134,11 @@ class EmbeddingWorker(Protocol):
     """What an embeddings instance's worker does beyond the pool's Worker."""
 
     async def embed(
-        self, request_id: str, inputs: EmbeddingInput, deadline: float | None = None
+        self,
+        request_id: str,
+        inputs: EmbeddingInput,
+        deadline: float | None = None,
+        progress: Progress | None = None,
     ) -> Embeddings: ...
 
 
@@ -131,46 +158,85 @@ class InferenceService:
         self.pool = pool
         self.request_timeout_s = request_timeout_s
 
-    async def start(self, request: InferenceRequest) -> Generation:
+    async def start(self, request: InferenceRequest, progress: Progress | None = None) -> Generation:
+        """A generation with its first event in hand. `progress` (optional) receives what the worker reports
+        even when starting fails (a deadline before the first token): `progress.usage()` is then final once
+        this raised; on success `Generation.processed_usage()` reads the same figures."""
         spec = self.catalog.require_installed(request.model)
         require_task(spec, "text-generation")
         started = asyncio.get_running_loop().time()
-        deadline = started + self.request_timeout_s
-        lease = await self.pool.acquire(spec, deadline, request.affinity)
-        events = lease.worker.generate(request.request_id, request.inputs, deadline)
-        try:
-            first = await anext(events)
-        except BaseException:
-            await Generation(lease, events, Finished("error", Usage(0, 0)), request.keep_alive_s).aclose()
-            raise
-        if lease.cold_start:
-            lease.instance.first_token_s = asyncio.get_running_loop().time() - started
-        return Generation(lease, events, first, request.keep_alive_s)
+        deadline = request.deadline if request.deadline is not None else started + self.request_timeout_s
+        generation = await self._first_event(spec, request, deadline, progress or Progress())
+        if generation.cold_start:
+            generation.lease.instance.first_token_s = asyncio.get_running_loop().time() - started
+        return generation
+
+    async def _first_event(
+        self, spec: ModelSpec, request: InferenceRequest, deadline: float, progress: Progress
+    ) -> Generation:
+        """A worker that died before it admitted the request (it had just exited, or died with the request still
+        queued in it) did no work for it: that is tried again, once, on another instance, within the same
+        deadline. A crash after admission is the caller's 502: the request may be what crashed it."""
+        for attempt in (1, 2):
+            lease = await self.pool.acquire(spec, deadline, request.affinity)
+            events = lease.worker.generate(request.request_id, request.inputs, deadline, progress)
+            try:
+                first = await anext(events)
+            except BaseException as exc:
+                await Generation(
+                    lease, events, _NOTHING, request.keep_alive_s, request.request_id, progress
+                ).aclose()
+                if attempt == 2 or not isinstance(exc, WorkerCrashed) or progress.started:
+                    raise
+                log.warning("the worker for %s died before taking the request; trying another", spec.id)
+                continue
+            return Generation(lease, events, first, request.keep_alive_s, request.request_id, progress)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def complete(self, request: InferenceRequest) -> Completion:
         return await (await self.start(request)).collect()
 
-    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+    async def embed(self, request: EmbeddingRequest, progress: Progress | None = None) -> EmbeddingResult:
+        """The request's vectors. `progress` (optional) receives the tokens the worker read, even when this
+        raises (a deadline while the worker was embedding): `progress.usage()` is final once this returned or
+        raised. A worker found dead when the request was sent is replaced by another instance, once."""
         spec = self.catalog.require_installed(request.model)
         require_task(spec, "text-embeddings")
         started = asyncio.get_running_loop().time()
-        deadline = started + self.request_timeout_s
-        lease = await self.pool.acquire(spec, deadline)
-        try:
-            worker = lease.worker
-            if not isinstance(worker, EmbeddingWorker):
-                raise InternalError(f"the worker serving {spec.id} cannot embed")
-            embeddings = await worker.embed(request.request_id, request.inputs, deadline)
-        finally:
-            await asyncio.shield(_settle_and_release(lease, request.keep_alive_s))
-        if lease.cold_start:
-            lease.instance.first_token_s = asyncio.get_running_loop().time() - started
-        usage = Usage(embeddings.prompt_tokens, 0)
-        return EmbeddingResult(embeddings.vectors, usage, lease.cold_start, lease.queue_s)
+        deadline = request.deadline if request.deadline is not None else started + self.request_timeout_s
+        progress = progress or Progress()
+        for attempt in (1, 2):
+            lease = await self.pool.acquire(spec, deadline)
+            try:
+                embeddings = await _embed_on(lease, request, deadline, progress)
+            except WorkerCrashed:
+                if attempt == 2 or progress.sent:
+                    raise
+                log.warning("the worker for %s was gone when the request was sent; trying another", spec.id)
+                continue
+            finally:
+                await asyncio.shield(_settle_and_release(lease, request.request_id, request.keep_alive_s))
+            if lease.cold_start:
+                lease.instance.first_token_s = asyncio.get_running_loop().time() - started
+            usage = Usage(embeddings.prompt_tokens, 0)
+            return EmbeddingResult(embeddings.vectors, usage, lease.cold_start, lease.queue_s)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-async def _settle_and_release(lease: Lease, keep_alive_s: float | None) -> None:
-    """Release only once a cancelled request has stopped in the worker, so the next lease finds it idle."""
-    with contextlib.suppress(Exception):
-        await lease.worker.settled()
-    lease.release(keep_alive_s)
+_NOTHING = Finished("error", Usage(0, 0))  # the first event of a generation that never started
+
+
+async def _embed_on(
+    lease: Lease, request: EmbeddingRequest, deadline: float, progress: Progress
+) -> Embeddings:
+    worker = lease.worker
+    if not isinstance(worker, EmbeddingWorker):
+        raise InternalError(f"the worker serving {lease.instance.spec.id} cannot embed")
+    return await worker.embed(request.request_id, request.inputs, deadline, progress)
+
+
+async def _settle_and_release(lease: Lease, request_id: str, keep_alive_s: float | None) -> None:
+    """Release once a cancelled request has stopped in the worker, so the next lease finds its slot free; but
+    wait for that at most SETTLE_WAIT_S, so a hung worker never holds up the caller's answer (its slot stays
+    taken until the worker confirms or is killed)."""
+    await asyncio.wait({lease.release_when_settled(request_id, keep_alive_s)}, timeout=SETTLE_WAIT_S)

@@ -2,6 +2,10 @@
 
 PostgreSQL refuses to run as root, so under root the server runs as the `postgres` system user. A server
 whose test process was killed before it could stop it is stopped by the next test run that starts one.
+
+`dedicated_postgres()` gives a fault test a server of its own to break: stop it and start it again on the same
+port and data, or freeze it (SIGSTOP to the postmaster and every backend, as a network partition looks to its
+clients) and thaw it.
 """
 
 import contextlib
@@ -143,9 +147,13 @@ def _wait_until_ready(process: "subprocess.Popen[bytes]", dsn: str, log: Path) -
     )
 
 
-def _stop(process: "subprocess.Popen[bytes]") -> None:
+SMART_SHUTDOWN = (signal.SIGTERM, signal.SIGINT, signal.SIGKILL)
+FAST_SHUTDOWN = (signal.SIGINT, signal.SIGKILL)
+
+
+def _stop(process: "subprocess.Popen[bytes]", signals: tuple[signal.Signals, ...] = SMART_SHUTDOWN) -> None:
     """SIGTERM (smart shutdown); a server still waiting on clients gets SIGINT (fast), then SIGKILL."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
+    for sig in signals:
         if process.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
@@ -154,22 +162,97 @@ def _stop(process: "subprocess.Popen[bytes]") -> None:
             process.wait(timeout=STOP_TIMEOUT_S / 2)
 
 
-def _start(runner: _Runner, bin_dir: Path, data: Path, root: Path) -> tuple["subprocess.Popen[bytes]", str]:
+def _dsn(port: int) -> str:
+    return f"postgresql://{POSTGRES_USER}@127.0.0.1:{port}/postgres"
+
+
+def _start_on(runner: _Runner, bin_dir: Path, data: Path, root: Path, port: int) -> "subprocess.Popen[bytes]":
+    log = root / "postgres.log"
+    process = runner.popen(_server_argv(bin_dir, data, root, port), log, cwd=root)
+    try:
+        _wait_until_ready(process, _dsn(port), log)
+    except PostgresStartError:
+        _stop(process)
+        raise
+    return process
+
+
+def _start(runner: _Runner, bin_dir: Path, data: Path, root: Path) -> tuple["subprocess.Popen[bytes]", int]:
     """Start the server on a free port; a port taken between probe and bind is tried again."""
     log = root / "postgres.log"
     for attempt in range(START_ATTEMPTS):
         port = free_port()
-        process = runner.popen(_server_argv(bin_dir, data, root, port), log, cwd=root)
-        dsn = f"postgresql://{POSTGRES_USER}@127.0.0.1:{port}/postgres"
         try:
-            _wait_until_ready(process, dsn, log)
-            return process, dsn
+            return _start_on(runner, bin_dir, data, root, port), port
         except PostgresStartError:
-            _stop(process)
             port_taken = "could not bind" in log.read_text(errors="replace")
             if not port_taken or attempt == START_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (a postmaster's backends and helpers)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+class PostgresServer:
+    """A server of one test's own, which that test may stop, restart, freeze and thaw."""
+
+    def __init__(self, runner: _Runner, bin_dir: Path, root: Path, data: Path) -> None:
+        self._runner = runner
+        self._bin_dir = bin_dir
+        self._root = root
+        self._data = data
+        self._process, self.port = _start(runner, bin_dir, data, root)
+        self._frozen: list[int] = []
+
+    @property
+    def dsn(self) -> str:
+        return _dsn(self.port)
+
+    @property
+    def running(self) -> bool:
+        return self._process.poll() is None
+
+    def stop(self) -> None:
+        """A fast shutdown (SIGINT): connected clients are disconnected, as in a crash or a failover."""
+        self.resume()
+        _stop(self._process, FAST_SHUTDOWN)
+
+    def start(self) -> None:
+        """Start again on the same port and data folder, so clients reconnect to the address they knew."""
+        if not self.running:
+            self._process = _start_on(self._runner, self._bin_dir, self._data, self._root, self.port)
+
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster first (so it forks nothing more), then every process it started. Connections
+        stay open and nothing answers, as with a network partition."""
+        os.kill(self._process.pid, signal.SIGSTOP)
+        self._frozen = [self._process.pid, *_children(self._process.pid)]
+        _signal_all(self._frozen[1:], signal.SIGSTOP)
+
+    def resume(self) -> None:
+        _signal_all(self._frozen, signal.SIGCONT)
+        self._frozen = []
+
+    def close(self) -> None:
+        self.resume()
+        _stop(self._process)
 
 
 def _alive(pid: int) -> bool:
@@ -213,6 +296,13 @@ def _reap_orphans() -> None:
 @contextlib.contextmanager
 def running_postgres() -> Iterator[str]:
     """Start a throwaway server; yield its DSN (`postgresql://postgres@127.0.0.1:PORT/postgres`)."""
+    with dedicated_postgres() as server:
+        yield server.dsn
+
+
+@contextlib.contextmanager
+def dedicated_postgres() -> Iterator[PostgresServer]:
+    """Start a throwaway server a test may break; stopped (thawed first) and removed afterwards."""
     reason = unavailable_reason()
     if reason is not None:
         raise PostgresUnavailable(reason)
@@ -226,11 +316,11 @@ def running_postgres() -> Iterator[str]:
         (root / OWNER_FILE).write_text(str(os.getpid()))
         runner.own(root)
         data = _initdb(runner, bin_dir, root)
-        process, dsn = _start(runner, bin_dir, data, root)
+        server = PostgresServer(runner, bin_dir, root, data)
         try:
-            yield dsn
+            yield server
         finally:
-            _stop(process)
+            server.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from cirrus.catalog import ArtifactRef, ModelSpec
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.params import GenerationInput, Usage
+from cirrus.runtime.progress import Progress
 
 _pids = itertools.count(1000)
 
@@ -23,7 +24,11 @@ class FakeWorker:
         self._alive = True
         self._on_exit: list[Callable[[], None]] = []
         self.stopped = False
+        self.killed = False
         self.threads: list[int] = []
+        self.answering = True  # False plays a worker whose heartbeat is late
+        self.hung: str | None = None  # what watch() reports: set it to play a worker the watchdog condemns
+        self.watched = 0
 
     @property
     def pid(self) -> int:
@@ -32,6 +37,10 @@ class FakeWorker:
     @property
     def alive(self) -> bool:
         return self._alive
+
+    @property
+    def responsive(self) -> bool:
+        return self._alive and self.answering
 
     def on_exit(self, callback: Callable[[], None]) -> None:
         self._on_exit.append(callback)
@@ -44,7 +53,14 @@ class FakeWorker:
         self._alive = False
 
     async def kill(self) -> None:
-        await self.stop()
+        """As a real worker's kill: the process goes, and its exit path runs."""
+        self.killed = True
+        if self._alive:
+            self.crash()
+
+    def watch(self) -> str | None:
+        self.watched += 1
+        return self.hung
 
     def crash(self) -> None:
         self._alive = False
@@ -52,12 +68,16 @@ class FakeWorker:
             callback()
 
     async def generate(
-        self, request_id: str, inputs: GenerationInput, deadline: float | None = None
+        self,
+        request_id: str,
+        inputs: GenerationInput,
+        deadline: float | None = None,
+        progress: Progress | None = None,
     ) -> AsyncIterator[GenerationEvent]:
         yield TextDelta("hi")
         yield Finished("stop", Usage(1, 1))
 
-    async def settled(self) -> None:
+    async def settled(self, request_id: str | None = None) -> None:
         return None
 
     def set_threads(self, threads: int) -> None:

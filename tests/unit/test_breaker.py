@@ -1,5 +1,7 @@
 """The circuit breaker with a hand-moved clock."""
 
+import asyncio
+
 import pytest
 
 from cirrus.resilience import BreakerOpen, BreakerState, CircuitBreaker
@@ -13,19 +15,24 @@ class Clock:
         return self.now
 
 
+def state_of(breaker: CircuitBreaker) -> BreakerState:
+    """Read afresh each time (mypy would keep the first reading of the property)."""
+    return breaker.state
+
+
 def test_opens_after_the_failures_and_probes_once_after_the_reset_time() -> None:
     clock = Clock()
     breaker = CircuitBreaker("redis", failures_to_open=2, reset_after_s=3.0, clock=clock)
     breaker.failed()
     assert breaker.allow() and breaker.state is BreakerState.CLOSED
     breaker.failed()
-    assert breaker.state is BreakerState.OPEN and not breaker.allow()
+    assert state_of(breaker) is BreakerState.OPEN and not breaker.allow()
     assert breaker.retry_after_s() == pytest.approx(3.0)
     clock.now += 3.0
-    assert breaker.allow() and breaker.state is BreakerState.HALF_OPEN
+    assert breaker.allow() and state_of(breaker) is BreakerState.HALF_OPEN
     assert not breaker.allow()  # one probe at a time
     breaker.succeeded()
-    assert breaker.state is BreakerState.CLOSED and breaker.allow()
+    assert state_of(breaker) is BreakerState.CLOSED and breaker.allow()
 
 
 def test_a_failed_probe_opens_it_again_for_a_whole_reset_period() -> None:
@@ -66,3 +73,20 @@ async def test_call_skips_while_open_and_counts_only_the_dependencys_failures() 
     clock.now += 2.0
     assert await breaker.call(up, lambda e: True) == 7
     assert breaker.state is BreakerState.CLOSED
+
+
+async def test_a_probe_whose_caller_left_keeps_the_breaker_open() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker("db", reset_after_s=2.0, clock=clock)
+    breaker.failed()
+    clock.now += 2.0
+
+    async def hangs() -> None:
+        await asyncio.sleep(3600)
+
+    probe = asyncio.ensure_future(breaker.call(hangs, lambda e: True))
+    await asyncio.sleep(0)
+    probe.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await probe
+    assert breaker.state is BreakerState.OPEN and not breaker.allow()

@@ -1,13 +1,21 @@
-"""The Database interface behaves alike on SQLite and PostgreSQL."""
+"""The Database interface behaves alike on SQLite and PostgreSQL; an unavailable database is a 503, never an
+error of the statement (stopped, frozen and restarted servers: tests/faults/test_database.py)."""
 
 import asyncio
+import sqlite3
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from cirrus.db.database import Database, open_database
+from cirrus.db.guard import DatabaseLimits
 from cirrus.db.postgres import PostgresDatabase, to_pyformat
+from cirrus.db.sqlite import SqliteDatabase
+from cirrus.errors import DependencyUnavailable
+from cirrus.resilience import BreakerState
 from tests.services.postgres import create_database, drop_database
+from tests.services.processes import free_port
 
 ITEMS = (
     "CREATE TABLE IF NOT EXISTS items ("
@@ -123,3 +131,72 @@ async def test_reconnects_after_the_server_closed_the_connection(postgres_dsn: s
 
 async def test_open_database_picks_the_engine(database: Database, database_url: str) -> None:
     assert database.dialect == ("postgresql" if database_url.startswith("postgresql://") else "sqlite")
+
+
+def _state(db: PostgresDatabase) -> BreakerState:
+    """Read afresh each time (mypy would carry an earlier assertion's narrowing over)."""
+    return db.breaker.state
+
+
+async def test_a_statement_past_the_deadline_is_unavailable_and_the_next_calls_skip_the_database(
+    postgres_dsn: str,
+) -> None:
+    url = create_database(postgres_dsn)
+    db = await open_database(url, DatabaseLimits(timeout_s=0.5, retry_after_s=0.5))
+    try:
+        assert isinstance(db, PostgresDatabase)
+        assert await db.fetch_one("SHOW statement_timeout") == ("500ms",)  # the server gives up too
+        with pytest.raises(DependencyUnavailable) as refused:
+            await asyncio.wait_for(db.fetch_one("SELECT pg_sleep(30)"), timeout=10)
+        assert (refused.value.status, refused.value.code) == (503, 3057)
+        assert _state(db) is BreakerState.OPEN
+        with pytest.raises(DependencyUnavailable, match="failed recently"):
+            await db.fetch_one("SELECT 1")
+        await asyncio.sleep(0.6)
+        assert await db.fetch_one("SELECT ?", (1,)) == (1,)  # the probe found it well and closed the breaker
+        assert _state(db) is BreakerState.CLOSED
+    finally:
+        await db.close()
+        drop_database(url)
+
+
+async def test_a_bad_statement_stays_its_own_error(postgres_dsn: str) -> None:
+    url = create_database(postgres_dsn)
+    db = await open_database(url)
+    try:
+        assert isinstance(db, PostgresDatabase)
+        for _ in range(3):
+            with pytest.raises(psycopg.errors.UndefinedTable):
+                await db.fetch_all("SELECT * FROM no_such_table")
+        assert db.breaker.state is BreakerState.CLOSED
+        assert await db.fetch_one("SELECT 2") == (2,)
+    finally:
+        await db.close()
+        drop_database(url)
+
+
+async def test_opening_an_unreachable_server_is_unavailable() -> None:
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    with pytest.raises(DependencyUnavailable) as refused:
+        await asyncio.wait_for(open_database(url, DatabaseLimits(timeout_s=1.0)), timeout=15)
+    assert refused.value.retry_after_s is not None
+    assert "127.0.0.1" not in refused.value.message  # the caller learns nothing of the address
+
+
+async def test_a_sqlite_file_locked_by_another_process_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    db = SqliteDatabase.open(str(path), busy_timeout_s=0.1)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        await db.migrate([ITEMS])
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(DependencyUnavailable) as refused:
+            await db.execute("INSERT INTO items (id, count) VALUES (?, ?)", ("a", 1))
+        assert (refused.value.status, refused.value.code) == (503, 3057)
+        holder.execute("ROLLBACK")
+        assert await db.execute("INSERT INTO items (id, count) VALUES (?, ?)", ("a", 1)) == 1
+        with pytest.raises(sqlite3.OperationalError):  # not busy: the statement's own error
+            await db.fetch_all("SELECT * FROM no_such_table")
+    finally:
+        holder.close()
+        await db.close()

@@ -266,3 +266,87 @@ async def test_until_idle_gives_up_after_its_timeout() -> None:
     await asyncio.wait_for(pool.until_idle(0.05), 1)
     assert pool.busy()
     lease.release()
+
+
+# -- the watchdog and dead workers (issue 12) ------------------------------------------------------------------
+
+
+async def settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_the_watchdog_kills_a_hung_worker_and_the_next_request_cold_starts_a_new_instance() -> None:
+    pool, launcher, _ = make_pool()
+    (await pool.acquire(SMALL, deadline())).release()
+    hung = launcher.launched[0][1]
+    pool.watch()
+    assert hung.watched == 1 and not hung.killed, "a healthy worker is only pinged"
+    hung.hung = "answered no heartbeat for 3.0s"
+    pool.watch()
+    await settle()
+    assert hung.killed and pool.statuses() == []
+    lease = await pool.acquire(SMALL, deadline())
+    assert lease.cold_start and lease.worker is not hung
+    lease.release()
+
+
+async def test_an_unresponsive_instance_gets_no_request_and_does_not_show_ready() -> None:
+    pool, launcher, _ = make_pool()
+    two = spec("two", max_instances=2)
+    launcher.sizes[two.id] = 100 * MB
+    (await pool.acquire(two, deadline())).release()
+    late = launcher.launched[0][1]
+    late.answering = False
+    assert [s.state for s in pool.statuses()] == ["unresponsive"]
+    lease = await pool.acquire(two, deadline())
+    assert lease.cold_start and lease.worker is not late, "a second instance starts rather than wait on it"
+    lease.release()
+    late.answering = True
+    assert sorted(s.state for s in pool.statuses()) == ["ready", "ready"]
+
+
+async def test_with_no_room_for_another_instance_a_request_waits_for_the_replacement() -> None:
+    pool, launcher, _ = make_pool()
+    (await pool.acquire(SMALL, deadline())).release()
+    late = launcher.launched[0][1]
+    late.answering = False
+    waiter = asyncio.create_task(pool.acquire(SMALL, deadline()))
+    await asyncio.sleep(0.02)
+    assert not waiter.done() and len(launcher.launched) == 1
+    late.hung = "answered no heartbeat for 3.0s"
+    pool.watch()
+    lease = await asyncio.wait_for(waiter, 1)
+    assert lease.cold_start and lease.worker is not late
+    lease.release()
+
+
+async def test_a_worker_that_exited_unnoticed_is_not_chosen() -> None:
+    """The process is gone but its exit has not been handled yet (item 10 of issue 12)."""
+    pool, launcher, _ = make_pool()
+    two = spec("two", max_instances=2)
+    launcher.sizes[two.id] = 100 * MB
+    (await pool.acquire(two, deadline())).release()
+    gone = launcher.launched[0][1]
+    gone._alive = False  # no exit callback yet
+    lease = await pool.acquire(two, deadline())
+    assert lease.worker is not gone
+    lease.release()
+
+
+async def test_release_when_settled_waits_for_the_worker_to_confirm() -> None:
+    pool, launcher, _ = make_pool()
+    lease = await pool.acquire(SMALL, deadline())
+    confirmed = asyncio.Event()
+    worker = launcher.launched[0][1]
+
+    async def settled(request_id: str | None = None) -> None:
+        await confirmed.wait()
+
+    worker.settled = settled  # type: ignore[method-assign]
+    released = lease.release_when_settled("r1")
+    await asyncio.sleep(0.02)
+    assert not released.done() and pool.statuses()[0].active_requests == 1
+    confirmed.set()
+    await asyncio.wait_for(released, 1)
+    assert pool.statuses()[0].active_requests == 0

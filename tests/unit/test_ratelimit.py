@@ -1,5 +1,6 @@
 """Rate limits per token and model, against memory storage and a real redis-server."""
 
+import dataclasses
 import logging
 import re
 import socket
@@ -13,9 +14,12 @@ import pytest_asyncio
 from cirrus.auth.principal import Principal
 from cirrus.catalog.spec import ArtifactRef, ModelSpec
 from cirrus.errors import RateLimited
-from cirrus.ratelimit import RateLimiter, RateStatus, effective_limits
+from cirrus.ratelimit import RateLimiter, effective_limits
 from cirrus.ratelimit.status import format_seconds
-from cirrus.ratelimit.storage import open_storage
+from cirrus.ratelimit.storage import uses_redis
+from cirrus.resilience import BreakerState
+from cirrus.resilience.shared_redis import SharedRedis
+from tests.unit.fakes import FakeClock
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -106,7 +110,7 @@ def test_reset_is_written_in_seconds_rounded_up(seconds: float, text: str) -> No
 
 def test_an_unknown_storage_scheme_is_refused() -> None:
     with pytest.raises(ValueError, match="memory:// or redis://"):
-        open_storage("memcached://127.0.0.1:11211")
+        uses_redis("memcached://127.0.0.1:11211")
 
 
 # Requests per minute
@@ -219,21 +223,60 @@ async def test_two_gateways_sharing_redis_enforce_one_limit(redis_url: str) -> N
         await second.close()
 
 
-async def test_an_unreachable_redis_admits_everything_and_warns_once(
+async def test_an_unreachable_redis_counts_on_this_gateway_and_warns_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    limiter = RateLimiter(f"redis://127.0.0.1:{closed_port()}/0")
-    principal, spec = token(requests_per_minute=1, tokens_per_minute=1), model()
+    dropped: list[tuple[str, int]] = []
+    limiter = RateLimiter(
+        f"redis://127.0.0.1:{closed_port()}/0", on_charge_dropped=lambda *charge: dropped.append(charge)
+    )
+    principal, spec = token(requests_per_minute=2, tokens_per_minute=1000), model()
     try:
         with caplog.at_level(logging.WARNING, logger="cirrus.ratelimit"):
-            statuses = [await limiter.admit(principal, spec) for _ in range(3)]
+            statuses = [await limiter.admit(principal, spec) for _ in range(2)]
+            error = await refusal(limiter, principal, spec)
             await limiter.consume_tokens(principal, spec, 100)
+            tokens_left = (await limiter.admit(token_of(principal, requests=10), spec)).headers()
     finally:
         await limiter.close()
-    assert statuses == [RateStatus(requests=None)] * 3
-    assert statuses[0].headers() == {}
+    assert [s.headers()["x-ratelimit-remaining-requests"] for s in statuses] == ["1", "0"]
+    assert (error.status, error.code) == (429, 971)
+    assert dropped == [(spec.id, 100)]  # never reached the shared count, charged here instead
+    assert tokens_left["x-ratelimit-remaining-tokens"] == "900"
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "unreachable" in warnings[0].getMessage()
+
+
+async def test_while_redis_is_skipped_limits_count_here_and_the_probe_brings_the_shared_count_back(
+    redis_url: str,
+) -> None:
+    clock = FakeClock()
+    redis = SharedRedis(redis_url, probe_after_s=2.0, clock=clock)
+    limiter = RateLimiter(redis)
+    principal, spec = token(requests_per_minute=2), model()
+    try:
+        for _ in range(2):
+            await limiter.admit(principal, spec)
+        await refusal(limiter, principal, spec)  # the shared count is used up
+        redis.breaker.failed()  # as after a call that timed out
+        here = await limiter.admit(principal, spec)  # this gateway's own count, fresh: admitted
+        assert here.headers()["x-ratelimit-remaining-requests"] == "1"
+        clock.advance(2.0)
+        await refusal(limiter, principal, spec)  # the probe reads the shared count again
+        assert redis.breaker.state is BreakerState.CLOSED
+        await limiter.close()
+        client = redis.client()
+        assert await redis.run(
+            lambda: client.set(f"test:{uuid4().hex}", "1", ex=5)
+        )  # still open: not its own
+        await client.aclose()
+    finally:
+        await redis.close()
+
+
+def token_of(principal: Principal, requests: int) -> Principal:
+    """The same limit key (token and account) with another requests limit: its tokens window is shared."""
+    return dataclasses.replace(principal, requests_per_minute=requests)
 
 
 def closed_port() -> int:

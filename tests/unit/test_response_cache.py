@@ -29,8 +29,10 @@ from cirrus.cache.keys import canonical_input
 from cirrus.cache.policy import KEY_HEADER, SKIP_HEADER, TTL_HEADER
 from cirrus.db.database import Database
 from cirrus.errors import InvalidInput
+from cirrus.ratelimit import SharedRedis
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.params import GenerationInput, SamplingParams, Usage
+from tests.unit.fakes import FakeClock
 
 MODEL = "@cf/test/model"
 GREEDY = GenerationInput(prompt="Why is the sky blue?", sampling=SamplingParams(temperature=0.0))
@@ -336,9 +338,8 @@ async def test_an_outage_is_logged_once(caplog: pytest.LogCaptureFixture) -> Non
             for _ in range(3):
                 assert await cache.lookup_key(key) is None
                 await cache.store_key(key, "acct", ANSWER, 300.0)
-        assert [record.getMessage() for record in caplog.records] == [
-            "response cache: read failed, serving as a miss"
-        ]
+        ours = [record for record in caplog.records if record.name == "cirrus.cache.response_cache"]
+        assert [record.getMessage() for record in ours] == ["response cache: read failed, serving as a miss"]
     finally:
         await cache.close()
 
@@ -369,6 +370,27 @@ async def test_a_custom_key_reads_and_writes_its_own_entry(database: Database) -
 
 
 RANDOM = GenerationInput(prompt="x", sampling=SamplingParams(temperature=0.7))
+
+
+async def test_while_the_shared_redis_is_skipped_the_cache_misses_and_stores_nothing(redis_url: str) -> None:
+    """One breaker for the rate limiter and the cache: a failure either sees makes both skip Redis."""
+    clock, prefix = FakeClock(), f"test:{uuid.uuid4().hex}:"
+    shared = SharedRedis(redis_url, probe_after_s=2.0, clock=clock)
+    cache = ResponseCache(RedisResponseStore(shared, prefix=prefix), 300.0)
+    raw = redis.asyncio.Redis.from_url(redis_url)
+    stored, skipped = cache_key("acct", MODEL, GREEDY, None), cache_key("acct", MODEL, SEEDED, None)
+    try:
+        await cache.store_key(stored, "acct", ANSWER, 300.0)
+        shared.breaker.failed()  # as when the rate limiter's call timed out
+        assert await cache.lookup_key(stored) is None  # there, yet not asked for
+        await cache.store_key(skipped, "acct", ANSWER, 300.0)
+        assert await raw.exists(prefix + skipped) == 0
+        clock.advance(2.0)
+        assert await cache.lookup_key(stored) == ANSWER  # the probe, answered: the cache is back
+    finally:
+        await raw.aclose()
+        await cache.close()
+        await shared.close()
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,12 @@ EventWriter = Callable[[Answer], AsyncIterator[bytes]]
 
 
 def gateway_call(request: Request, stream: bool) -> Call:
-    return call_of(request, stream=stream, log_prompts=platform_of(request).settings.log_prompts)
+    """The gateway's view of this call; its deadline (arrival plus the request time limit) is what the pipeline
+    passes on to the service."""
+    settings = platform_of(request).settings
+    return call_of(
+        request, stream=stream, log_prompts=settings.log_prompts, timeout_s=settings.request_timeout_s
+    )
 
 
 def resolve_model(request: Request, model: str, stream: bool) -> ModelSpec:

@@ -1,21 +1,37 @@
-"""PostgreSQL through psycopg 3: one autocommit connection, used by one coroutine at a time.
+"""PostgreSQL through psycopg 3: a pool of autocommit connections, every call bounded by db/guard.py.
 
 Placeholders are rewritten from `?` to `%s` outside quoted literals and identifiers; our SQL never uses
 PostgreSQL's `?` JSON operators. Every `%` is doubled, because psycopg reads `%` as a placeholder marker
 even inside literals once parameters are passed (and they always are).
+
+Limits: connecting waits `connect_timeout`; the server cancels a statement past `statement_timeout`; the guard
+bounds the whole call (waiting for a pooled connection included) on the client side, since a frozen server
+answers nothing, not even a cancel. A call that found its connection dropped (a restart, an idle timeout) is
+retried once on a fresh one, and the rest of the pool, opened to the same server, is replaced.
 """
 
-import asyncio
+import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from functools import lru_cache
-from typing import TypeVar
+from functools import lru_cache, partial
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from cirrus.db.database import Params, Row
+from cirrus.db.guard import DatabaseGuard, DatabaseLimits
+from cirrus.errors import DependencyUnavailable
+from cirrus.resilience import CircuitBreaker
 
 T = TypeVar("T")
+Connection = psycopg.AsyncConnection[Row]
+Pool = AsyncConnectionPool[Connection]
+MIGRATION_TIMEOUT_S = 60.0
+RECONNECT_TIMEOUT_S = 5.0  # the pool stops re-adding a lost connection after this; the next call asks again
+DRAIN_INTERVAL_S = 1.0
+CLOSE_TIMEOUT_S = 5.0
 
 # One number for every Cirrus process, so two gateways starting at once migrate one after the other.
 _MIGRATION_LOCK_KEY = 0x63697272
@@ -35,63 +51,107 @@ def to_pyformat(sql: str) -> str:
     return _TOKENS.sub(_rewrite_token, sql)
 
 
+def is_outage(error: BaseException) -> bool:
+    """The server is down, unreachable, restarting, out of resources or too slow (psycopg's OperationalError,
+    the pool's timeouts among them); not a mistake in the statement or its data."""
+    return isinstance(error, psycopg.OperationalError)
+
+
+class ConnectionDropped(psycopg.OperationalError):
+    """The server had closed the connection a call was given (a restart, an idle timeout): the call most likely
+    never reached a live backend, so it is tried once more on a fresh connection."""
+
+
 class PostgresDatabase:
     dialect = "postgresql"
 
-    def __init__(self, dsn: str, connection: psycopg.AsyncConnection[Row]) -> None:
-        self._dsn = dsn
-        self._connection = connection
-        self._lock = asyncio.Lock()
+    def __init__(self, pool: Pool, limits: DatabaseLimits) -> None:
+        self._pool = pool
+        self._guard = DatabaseGuard(limits, is_outage)
+        self._drained_at = -DRAIN_INTERVAL_S
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self._guard.breaker
 
     @classmethod
-    async def connect(cls, dsn: str) -> "PostgresDatabase":
-        return cls(dsn, await cls._open(dsn))
+    async def connect(cls, dsn: str, limits: DatabaseLimits | None = None) -> "PostgresDatabase":
+        """Connect once first, so a wrong address or password fails here with the server's own reason."""
+        limits = limits or DatabaseLimits()
+        options = _connection_options(limits)
+        try:
+            first = await psycopg.AsyncConnection.connect(dsn, **options)
+        except psycopg.OperationalError as error:
+            raise DependencyUnavailable(
+                f"could not connect to the database ({type(error).__name__})",
+                retry_after_s=limits.retry_after_s,
+            ) from error
+        await first.close()
+        pool: Pool = AsyncConnectionPool(
+            dsn,
+            kwargs=options,
+            configure=partial(_configure, limits),
+            min_size=1,
+            max_size=limits.pool_size,
+            timeout=limits.timeout_s,
+            reconnect_timeout=RECONNECT_TIMEOUT_S,
+            name="cirrus",
+            open=False,
+        )
+        await pool.open()
+        return cls(pool, limits)
 
-    @staticmethod
-    async def _open(dsn: str) -> psycopg.AsyncConnection[Row]:
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    async def _run(self, work: Callable[[Connection], Awaitable[T]], timeout_s: float | None = None) -> T:
+        return await self._guard.run(lambda: self._on_connection(work), timeout_s)
 
-    async def _run(self, work: Callable[[psycopg.AsyncConnection[Row]], Awaitable[T]]) -> T:
-        """Run `work` on the connection, reconnecting once if the server had closed it.
+    async def _on_connection(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        try:
+            return await self._attempt(work)
+        except ConnectionDropped:
+            await self._replace_idle_connections()
+        return await self._attempt(work)
 
-        A connection the server dropped (a restart, `pg_terminate_backend`, an idle timeout) is found out
-        only when the next statement fails; that statement never reached a live backend, so it is retried.
-        """
-        async with self._lock:
-            if self._connection.closed:
-                self._connection = await self._open(self._dsn)
+    async def _attempt(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        async with self._pool.connection() as connection:
             try:
-                return await work(self._connection)
-            except psycopg.OperationalError:
-                if not (self._connection.closed or self._connection.broken):
-                    raise
-            await self._connection.close()
-            self._connection = await self._open(self._dsn)
-            return await work(self._connection)
+                return await work(connection)
+            except psycopg.OperationalError as error:
+                if connection.closed:  # broken, or closed by the server
+                    raise ConnectionDropped(
+                        f"the database closed the connection ({type(error).__name__})"
+                    ) from error
+                raise
+
+    async def _replace_idle_connections(self) -> None:
+        """A dropped connection usually means the server restarted, which dropped its idle siblings too."""
+        now = time.monotonic()
+        if now - self._drained_at >= DRAIN_INTERVAL_S:
+            self._drained_at = now
+            await self._pool.drain()
 
     async def execute(self, sql: str, params: Params = ()) -> int:
-        async def work(connection: psycopg.AsyncConnection[Row]) -> int:
+        async def work(connection: Connection) -> int:
             cursor = await connection.execute(to_pyformat(sql), tuple(params))
             return cursor.rowcount
 
         return await self._run(work)
 
     async def execute_many(self, sql: str, rows: Sequence[Params]) -> None:
-        async def work(connection: psycopg.AsyncConnection[Row]) -> None:
+        async def work(connection: Connection) -> None:
             async with connection.transaction(), connection.cursor() as cursor:
                 await cursor.executemany(to_pyformat(sql), [tuple(row) for row in rows])
 
         await self._run(work)
 
     async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
-        async def work(connection: psycopg.AsyncConnection[Row]) -> list[Row]:
+        async def work(connection: Connection) -> list[Row]:
             cursor = await connection.execute(to_pyformat(sql), tuple(params))
             return [tuple(row) for row in await cursor.fetchall()]
 
         return await self._run(work)
 
     async def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
-        async def work(connection: psycopg.AsyncConnection[Row]) -> Row | None:
+        async def work(connection: Connection) -> Row | None:
             cursor = await connection.execute(to_pyformat(sql), tuple(params))
             row = await cursor.fetchone()
             return None if row is None else tuple(row)
@@ -99,15 +159,35 @@ class PostgresDatabase:
         return await self._run(work)
 
     async def migrate(self, statements: Sequence[str]) -> None:
-        async def work(connection: psycopg.AsyncConnection[Row]) -> None:
+        """Given longer than a request's call: it may wait for another gateway's migration to finish."""
+
+        async def work(connection: Connection) -> None:
             # Concurrent `CREATE TABLE IF NOT EXISTS` can still collide in the catalog: serialise them.
             async with connection.transaction():
+                await connection.execute(
+                    "SELECT set_config('statement_timeout', %s, true)", (_milliseconds(MIGRATION_TIMEOUT_S),)
+                )
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
                 for statement in statements:
                     await connection.execute(to_pyformat(statement), ())
 
-        await self._run(work)
+        await self._run(work, MIGRATION_TIMEOUT_S)
 
     async def close(self) -> None:
-        async with self._lock:
-            await self._connection.close()
+        await self._pool.close(timeout=CLOSE_TIMEOUT_S)
+
+
+def _connection_options(limits: DatabaseLimits) -> dict[str, Any]:
+    # libpq counts whole seconds and treats anything below 2 as 2.
+    return {"autocommit": True, "connect_timeout": max(2, math.ceil(limits.timeout_s))}
+
+
+async def _configure(limits: DatabaseLimits, connection: Connection) -> None:
+    """The server gives up on a statement the gateway gave up on, rather than run it for nobody."""
+    await connection.execute(
+        "SELECT set_config('statement_timeout', %s, false)", (_milliseconds(limits.timeout_s),)
+    )
+
+
+def _milliseconds(seconds: float) -> str:
+    return str(max(1, round(seconds * 1000)))

@@ -8,6 +8,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cirrus.gateway.call import Call
+from cirrus.metering.record import UsageRecord
 from cirrus.observability.logs import log_request
 from cirrus.observability.metrics import Metrics
 
@@ -43,9 +44,10 @@ class AccessLogMiddleware:
 
     def _finish(self, scope: Scope, state: dict[str, Any], status: int, duration_s: float) -> None:
         call = state.get("call")
-        if isinstance(call, Call) and call.record is not None:
-            self.metrics.observe_request(call.record, call.ttft_s)
-            log_request(call.record, prompt=call.logged_prompt(), answer=call.logged_answer())
+        if isinstance(call, Call) and (call.record is not None or call.billed_later):
+            # An answer that ended early is metered once its worker confirmed what it processed, which can be
+            # after the response ended: its line is written then.
+            call.when_recorded(lambda record: self._observe(call, record))
             return
         log.info(
             "request",
@@ -56,6 +58,10 @@ class AccessLogMiddleware:
                 "duration_s": duration_s,
             },
         )
+
+    def _observe(self, call: Call, record: UsageRecord) -> None:
+        self.metrics.observe_request(record, call.ttft_s)
+        log_request(record, prompt=call.logged_prompt(), answer=call.logged_answer())
 
 
 def _merged(headers: list[tuple[bytes, bytes]], extra: dict[str, str]) -> list[tuple[bytes, bytes]]:

@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 from cirrus.errors import CirrusError
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
+from cirrus.runtime.params import Usage
 from cirrus.service import Completion, collect
 
 EndHook = Callable[[Finished | None, CirrusError | None, str], None]
+BillHook = Callable[[Usage, Finished | None, CirrusError | None, str], None]
 
 
 @dataclass
@@ -69,3 +71,43 @@ async def observed(
     finally:
         if not ended:
             on_end(None, None, "".join(parts))
+
+
+class Ending:
+    """How a live answer ended, billed exactly once. An answer that finished is billed at once with the
+    usage its finish event carries. One that ended early (the client left, the time limit, a crash) is billed
+    only after its generation closed, with what the worker really processed: until then the worker's count
+    is not known, and a client that hangs up before the last frame must not go free.
+
+    `ended` is the answer's end hook (`observed` calls it once); `closed` runs after the generation closed,
+    and stands in for the end hook of an answer that was never iterated."""
+
+    def __init__(self, on_end: EndHook, bill: BillHook) -> None:
+        self._on_end = on_end
+        self._bill = bill
+        self._seen = False
+        self._billed = False
+        self._error: CirrusError | None = None
+        self._text = ""
+
+    def ended(self, finished: Finished | None, error: CirrusError | None, text: str) -> None:
+        if self._seen:
+            return
+        self._seen = True
+        self._error, self._text = error, text
+        try:
+            self._on_end(finished, error, text)
+        finally:
+            if finished is not None:
+                self._bill_once(finished.usage, finished)
+
+    def closed(self, processed: Callable[[], Usage]) -> None:
+        if not self._seen:
+            self.ended(None, None, "")
+        if not self._billed:
+            self._bill_once(processed(), None)
+
+    def _bill_once(self, usage: Usage, finished: Finished | None) -> None:
+        if not self._billed:
+            self._billed = True
+            self._bill(usage, finished, self._error, self._text)

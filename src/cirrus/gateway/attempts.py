@@ -72,14 +72,21 @@ class Answered(Generic[T]):
 
 
 async def first_to_answer(
-    chain: Sequence[ModelSpec], policy: RetryPolicy, start: Callable[[ModelSpec], Awaitable[T]]
+    chain: Sequence[ModelSpec],
+    policy: RetryPolicy,
+    start: Callable[[ModelSpec], Awaitable[T]],
+    deadline: float | None = None,
 ) -> Answered[T]:
+    """`deadline` (the loop's clock) is the whole request's: no retry or fallback starts past it, and no delay
+    before a retry outlasts it. `cf-aig-request-timeout` bounds each attempt on its own."""
     attempts = 0
     last_error: CirrusError | None = None
     for step, spec in enumerate(chain):
         for retry in range(policy.attempts_for(spec)):
             if retry:
-                await asyncio.sleep(policy.delay_before_retry(retry))
+                await _sleep_within(policy.delay_before_retry(retry), deadline)
+            if attempts and _past(deadline):
+                raise RequestTimeout("the request ran past its time limit before a model answered")
             attempts += 1
             try:
                 return Answered(await _within(policy.request_timeout_s, start(spec)), step, attempts)
@@ -89,6 +96,16 @@ async def first_to_answer(
                     break
     assert last_error is not None, "a chain has at least one model"
     raise last_error
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and asyncio.get_running_loop().time() >= deadline
+
+
+async def _sleep_within(delay_s: float, deadline: float | None) -> None:
+    if deadline is not None:
+        delay_s = min(delay_s, max(0.0, deadline - asyncio.get_running_loop().time()))
+    await asyncio.sleep(delay_s)
 
 
 async def _within(timeout_s: float | None, work: Awaitable[T]) -> T:

@@ -5,8 +5,14 @@ principal. A node on any other address never runs open unless told to (`--allow-
 to open once a token was created: when its last token is revoked or expires it refuses everyone. Otherwise a request without a valid token is refused with 401 before anything else happens, and
 the answer is the same whether the token is unknown, revoked or expired. A token acts only for its own account
 (`/client/v4/accounts/{id}/...`) and only an admin token reaches the operator routes.
+
+While the token database is unavailable, tokens this gateway checked recently keep working (gateway/components.py
+and auth/cache.py say how long); any other request is refused with 503 / 3057 and `Retry-After`, in the caller's
+protocol. This middleware sits outside the app's error handlers, so it renders every failure itself: an
+unexpected one is a JSON 500 in that protocol too, never a plain-text page.
 """
 
+import logging
 import re
 from typing import Protocol
 
@@ -15,7 +21,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cirrus.api.errors import error_response
 from cirrus.api.protocol import protocol_for
 from cirrus.auth import OPEN_PRINCIPAL, Permission, Principal
-from cirrus.errors import CirrusError, Forbidden, NotReady, Unauthorized
+from cirrus.errors import CirrusError, Forbidden, InternalError, NotReady, Unauthorized
+
+log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
 ADMIN_PREFIX = "/admin/"
@@ -50,6 +58,11 @@ class AuthMiddleware:
             _check_route(scope["path"], principal)
         except CirrusError as error:
             await error_response(error, protocol_for(scope["path"]))(scope, receive, send)
+            return
+        except Exception:
+            log.exception("authentication failed unexpectedly")
+            failed = InternalError("Authentication failed unexpectedly; the error is in the gateway's log.")
+            await error_response(failed, protocol_for(scope["path"]))(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)

@@ -1,8 +1,14 @@
 """One API call as the gateway sees it: who makes it, in which protocol, what it asked of the gateway in
-headers, and what the gateway learned (the usage record, the time to first token, headers to answer with)."""
+headers, and what the gateway learned (the usage record, the time to first token, headers to answer with).
 
+It also carries the request's deadline, on the event loop's clock: set from its arrival (request_id.py) plus
+the node's request time limit, so one limit covers the gateway's steps, the queue and generation."""
+
+import asyncio
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,9 +17,12 @@ from starlette.requests import Request
 from cirrus.api.context import principal_of, request_id_of
 from cirrus.api.protocol import WireProtocol, protocol_for
 from cirrus.auth import Principal
+from cirrus.errors import RequestTimeout
 from cirrus.metering.record import UsageRecord
+from cirrus.metering.reservations import Reservation
 
 COLLECT_LOG_HEADER = "cf-aig-collect-log"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,6 +40,33 @@ class Call:
     ttft_s: float | None = None
     prompt: Any = None
     answer: str | None = None
+    deadline: float | None = None  # None: no limit set at arrival (the service starts its own)
+    reservation: Reservation | None = None  # what the budget holds for this call until it is metered
+    # An answer that ended early is metered once its generation closed, which can be after the response ended:
+    # whoever needs the record (the access log) waits for it with `when_recorded`.
+    billed_later: bool = False
+    _on_record: list[Callable[[UsageRecord], None]] = field(default_factory=list)
+
+    def set_record(self, record: UsageRecord) -> None:
+        self.record = record
+        callbacks, self._on_record = self._on_record, []
+        for callback in callbacks:
+            try:
+                callback(record)
+            except Exception:
+                log.exception("a callback on the usage record of %s failed", self.request_id)
+
+    def when_recorded(self, callback: Callable[[UsageRecord], None]) -> None:
+        """Run `callback` with the call's usage record: now if it is written, else once it is."""
+        if self.record is not None:
+            callback(self.record)
+        else:
+            self._on_record.append(callback)
+
+    def release_reservation(self) -> None:
+        """Idempotent: every path that ends the call may call it."""
+        if self.reservation is not None:
+            self.reservation.release()
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.started_clock
@@ -39,6 +75,30 @@ class Call:
         if self.ttft_s is None:
             self.ttft_s = self.elapsed_s()
 
+    def remaining_s(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+    def check_deadline(self, step: str) -> None:
+        if self.deadline is not None and asyncio.get_running_loop().time() >= self.deadline:
+            raise _timed_out(step)
+
+    @asynccontextmanager
+    async def within_deadline(self, step: str) -> AsyncIterator[None]:
+        """Run a gateway step under what is left of the request's time limit; past it, RequestTimeout."""
+        if self.deadline is None:
+            yield
+            return
+        self.check_deadline(step)
+        try:
+            async with asyncio.timeout_at(self.deadline) as scope:
+                yield
+        except TimeoutError:
+            if scope.expired():
+                raise _timed_out(step) from None
+            raise
+
     def logged_prompt(self) -> Any:
         return self.prompt if self.collect_log else None
 
@@ -46,8 +106,11 @@ class Call:
         return self.answer if self.collect_log else None
 
 
-def call_of(request: Request, *, stream: bool, log_prompts: bool = False) -> Call:
-    """The call for this request, made once and kept in the scope for the access log."""
+def call_of(
+    request: Request, *, stream: bool, log_prompts: bool = False, timeout_s: float | None = None
+) -> Call:
+    """The call for this request, made once and kept in the scope for the access log; `timeout_s` is the
+    request time limit, counted from the request's arrival."""
     state = request.scope.setdefault("state", {})
     existing = state.get("call")
     if isinstance(existing, Call):
@@ -62,9 +125,21 @@ def call_of(request: Request, *, stream: bool, log_prompts: bool = False) -> Cal
         response_headers=state.setdefault("response_headers", {}),
         stream=stream,
         collect_log=log_prompts or principal.collect_log or _header_true(request.headers, COLLECT_LOG_HEADER),
+        deadline=_deadline(state.get("arrived_at"), timeout_s),
     )
     state["call"] = call
     return call
+
+
+def _deadline(arrived_at: object, timeout_s: float | None) -> float | None:
+    if timeout_s is None:
+        return None
+    start = arrived_at if isinstance(arrived_at, float) else asyncio.get_running_loop().time()
+    return start + timeout_s
+
+
+def _timed_out(step: str) -> RequestTimeout:
+    return RequestTimeout(f"the request ran past its time limit during {step}")
 
 
 def _header_true(headers: Mapping[str, str], name: str) -> bool:

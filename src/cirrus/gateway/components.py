@@ -5,7 +5,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cirrus.auth import Principal
@@ -14,15 +14,20 @@ from cirrus.auth.store import Account, IdentityStore
 from cirrus.cache import DatabaseResponseStore, RedisResponseStore, ResponseCache, ResponseStore
 from cirrus.catalog import Catalog, ModelSpec
 from cirrus.config import Settings
-from cirrus.db import Database, open_database
+from cirrus.db import Database, DatabaseLimits, open_database
+from cirrus.errors import DependencyUnavailable
 from cirrus.gateway.open_mode import is_loopback
 from cirrus.guardrails import InputGuard, OutputFilter
 from cirrus.metering.alerts import BudgetAlerts
 from cirrus.metering.budgets import BudgetGuard
 from cirrus.metering.meter import Meter
+from cirrus.metering.reservations import Reservations
+from cirrus.metering.retention import UsageRetention
+from cirrus.metering.shared_holds import SharedHolds
 from cirrus.metering.store import UsageStore
 from cirrus.observability.metrics import Metrics
 from cirrus.ratelimit import RateLimiter
+from cirrus.resilience.shared_redis import SharedRedis
 from cirrus.service import InferenceService
 
 log = logging.getLogger(__name__)
@@ -43,34 +48,63 @@ class TimedLookup:
             return False, None
         return True, entry[1]
 
+    def last(self, key: str) -> tuple[bool, object]:
+        """The last answer however old: what stands in while the source is unavailable."""
+        entry = self._entries.get(key)
+        return (False, None) if entry is None else (True, entry[1])
+
     def put(self, key: str, value: object) -> None:
         if len(self._entries) > 10_000:
             self._entries.clear()
         self._entries[key] = (self.clock(), value)
 
+    async def get_or_load(self, key: str, load: Callable[[], Awaitable[object]]) -> object:
+        """The fresh answer, else `load()`'s; while the source is unavailable, the last answer however old.
+        Never answered before: the source's DependencyUnavailable stands."""
+        known, value = self.get(key)
+        if known:
+            return value
+        try:
+            value = await load()
+        except DependencyUnavailable:
+            known, value = self.last(key)
+            if not known:
+                raise
+            return value
+        self.put(key, value)
+        return value
+
 
 class NodeAuthenticator:
-    """Tokens checked through a short-lived cache; whether any token exists (open mode) likewise."""
+    """Tokens checked through a short-lived cache; whether any token exists (open mode) likewise.
 
-    def __init__(self, identity: IdentityStore, ttl_s: float, open_allowed: bool) -> None:
+    While the database is unavailable, a token checked within `ttl_s + stale_if_error_s` keeps its answer and any
+    other is refused with 503 (see auth/cache.py); open mode keeps its last answer, and a node that never had one
+    refuses with 503 rather than guess open.
+    """
+
+    def __init__(
+        self, identity: IdentityStore, ttl_s: float, open_allowed: bool, stale_if_error_s: float = 0.0
+    ) -> None:
         self._identity = identity
-        self._tokens = CachedAuthenticator(identity, ttl_s)
+        self._tokens = CachedAuthenticator(identity, ttl_s, stale_if_error_s=stale_if_error_s)
         self._has_tokens = TimedLookup(ttl_s)
         self._open_allowed = open_allowed
+        self._token_created = False
 
     async def authenticate(self, secret: str) -> Principal | None:
         return await self._tokens.authenticate(secret)
 
     async def requires_token(self) -> bool:
         """False only on a node allowed to run open (loopback, or --allow-open) where no token was ever created:
-        revoking or outliving the last token refuses everyone rather than open the node."""
-        if not self._open_allowed:
+        revoking or outliving the last token refuses everyone rather than open the node. So once a token was
+        seen the answer is final, and only "none yet" is asked again."""
+        if not self._open_allowed or self._token_created:
             return True
-        known, value = self._has_tokens.get("any")
-        if not known:
-            value = await self._identity.any_token_created()
-            self._has_tokens.put("any", value)
-        return bool(value)
+        self._token_created = bool(
+            await self._has_tokens.get_or_load("any", self._identity.any_token_created)
+        )
+        return self._token_created
 
 
 @dataclass
@@ -92,12 +126,15 @@ class GatewayParts:
     _input_guards: dict[tuple[str, tuple[str, ...]], InputGuard] = field(default_factory=dict)
     _output_filters: dict[str, OutputFilter | None] = field(default_factory=dict)
     _purger: asyncio.Task[None] | None = None
+    _retention: UsageRetention | None = None
+    _redis: SharedRedis | None = None
+    _holds: SharedHolds | None = None
 
     @classmethod
     async def open(
         cls, settings: Settings, catalog: Catalog, service: InferenceService, metrics: Metrics
     ) -> "GatewayParts":
-        db = await open_database(settings.database_url())
+        db = await open_database(settings.database_url(), database_limits(settings, metrics))
         identity = IdentityStore(db)
         await identity.migrate()
         usage_store = UsageStore(db)
@@ -107,6 +144,8 @@ class GatewayParts:
         meter = Meter(usage_store, settings.state_dir / "usage-unwritten.jsonl")
         await meter.replay_unwritten()
         meter.start()
+        redis = _shared_redis(settings, metrics)
+        budgets, holds = await _budgets(db, usage_store, meter, settings, alerts)
         parts = cls(
             settings=settings,
             catalog=catalog,
@@ -115,17 +154,23 @@ class GatewayParts:
             db=db,
             identity=identity,
             authenticator=NodeAuthenticator(
-                identity, settings.auth_cache_ttl_s, is_loopback(settings.host) or settings.allow_open
+                identity,
+                settings.auth_cache_ttl_s,
+                is_loopback(settings.host) or settings.allow_open,
+                settings.auth_stale_if_error_s,
             ),
-            limiter=RateLimiter(settings.redis_url or "memory://"),
+            limiter=RateLimiter(redis or "memory://", on_charge_dropped=metrics.rate_limit_charge_dropped),
             usage_store=usage_store,
             meter=meter,
             alerts=alerts,
-            budgets=BudgetGuard(usage_store, meter, settings.daily_free_neurons, alerts),
-            cache=ResponseCache(await _response_store(settings, db), settings.cache_ttl_s),
+            budgets=budgets,
+            cache=ResponseCache(await _response_store(db, redis), settings.cache_ttl_s),
             _accounts=TimedLookup(settings.auth_cache_ttl_s),
+            _redis=redis,
+            _holds=holds,
         )
         parts._purger = asyncio.create_task(parts._purge_cache_periodically())
+        parts._retention = UsageRetention.started(db, settings)
         return parts
 
     async def close(self) -> None:
@@ -133,17 +178,22 @@ class GatewayParts:
             self._purger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._purger
+        if self._retention is not None:
+            await self._retention.close()
         await self.meter.close()
         await self.alerts.close()
         await self.limiter.close()
         await self.cache.close()
+        if self._redis is not None:
+            await self._redis.close()
+        if self._holds is not None:
+            await self._holds.close()
         await self.db.close()
 
     async def account(self, account_id: str) -> Account | None:
-        known, value = self._accounts.get(account_id)
-        if not known:
-            value = await self.identity.get_account(account_id)
-            self._accounts.put(account_id, value)
+        """Cached for the auth cache's TTL; while the database is unavailable, the last answer however old (an
+        account's plan and allocation rarely change), and 503 for an account never looked up."""
+        value = await self._accounts.get_or_load(account_id, lambda: self.identity.get_account(account_id))
         return value if isinstance(value, Account) else None
 
     async def input_guard(self, principal: Principal, spec: ModelSpec) -> InputGuard:
@@ -161,15 +211,6 @@ class GatewayParts:
             self._output_filters[spec.id] = built if built.enabled else None
         return self._output_filters[spec.id]
 
-    async def check_budget(self, principal: Principal) -> None:
-        """The open node (local development) has no budget; a token's account always exists."""
-        if principal.token_id is None:
-            return
-        account = await self.account(principal.account_id)
-        if account is None:
-            return
-        await self.budgets.check(principal, account.plan, account.daily_free_neurons)
-
     def chain(self, principal: Principal, spec: ModelSpec) -> list[ModelSpec]:
         """The model, then its fallbacks that this caller may use."""
         fallbacks = [self.catalog.get(model) for model in spec.fallbacks if principal.may_use(model)]
@@ -184,7 +225,43 @@ class GatewayParts:
                 log.exception("could not purge expired cache entries")
 
 
-async def _response_store(settings: Settings, db: Database) -> ResponseStore:
-    if settings.redis_url:
-        return RedisResponseStore(settings.redis_url)
+def database_limits(settings: Settings, metrics: Metrics | None = None) -> DatabaseLimits:
+    return DatabaseLimits(
+        timeout_s=settings.database_timeout_s,
+        pool_size=settings.database_pool_size,
+        retry_after_s=settings.database_retry_after_s,
+        on_change=None if metrics is None else metrics.breaker_changed,
+    )
+
+
+def _shared_redis(settings: Settings, metrics: Metrics) -> SharedRedis | None:
+    """One Redis client, deadline and breaker for the rate limits and the response cache: what one learns about
+    an outage, the other does not pay for again."""
+    if not settings.redis_url:
+        return None
+    return SharedRedis(
+        settings.redis_url,
+        timeout_s=settings.redis_timeout_s,
+        probe_after_s=settings.redis_probe_after_s,
+        on_change=metrics.breaker_changed,
+    )
+
+
+async def _response_store(db: Database, redis: SharedRedis | None) -> ResponseStore:
+    if redis is not None:
+        return RedisResponseStore(redis)
     return await DatabaseResponseStore.open(db)
+
+
+async def _budgets(
+    db: Database, usage: UsageStore, meter: Meter, settings: Settings, alerts: BudgetAlerts
+) -> tuple[BudgetGuard, SharedHolds]:
+    """Budgets with reservations, published to the database so other gateways on it count them too."""
+    reservations = Reservations()
+    holds = SharedHolds(db, reservations)
+    await holds.migrate()
+    holds.start()
+    guard = BudgetGuard(
+        usage, meter, settings.daily_free_neurons, alerts, reservations=reservations, shared=holds
+    )
+    return guard, holds

@@ -5,6 +5,11 @@ flight) -> the model, with retries and fallbacks -> output filters -> metering, 
 
 Routes translate their protocol into a `GenerationInput` and call `resolve` then `run`; everything else is here.
 Embeddings take the same steps through `embed`, less the response cache, the retries and the output filters.
+
+One time limit covers it all: the call's deadline (its arrival plus the request time limit) bounds the gateway's
+steps here and is passed to the service as the request's. The budget holds the request's estimated cost from
+admission until its usage is metered (`Call.reservation`); every path that ends a call meters it in `_record`,
+which lets the reservation go in the same step, so the meter's pending usage takes over without a gap.
 """
 
 import asyncio
@@ -18,17 +23,22 @@ from cirrus.cache import CachedAnswer, CachePolicy, replay
 from cirrus.cache.answer import CACHEABLE_FINISH_REASONS
 from cirrus.catalog import ModelSpec
 from cirrus.errors import CirrusError, DailyAllocationExhausted, Forbidden, ModelForbidden, RateLimited
-from cirrus.gateway.answer import Answer, observed
-from cirrus.gateway.attempts import RetryPolicy, first_to_answer
+from cirrus.gateway.answer import Answer, Ending, observed
+from cirrus.gateway.attempts import Answered, RetryPolicy, first_to_answer
 from cirrus.gateway.call import Call
 from cirrus.gateway.components import GatewayParts
 from cirrus.gateway.inflight import InFlight
 from cirrus.gateway.output import filtered
+from cirrus.metering.estimate import Estimate, TokenEstimator
 from cirrus.metering.neurons import price
 from cirrus.metering.record import CacheStatus, UsageRecord
+from cirrus.metering.reservations import Reservation, nothing_reserved
 from cirrus.runtime.events import Finished
-from cirrus.runtime.params import Usage
+from cirrus.runtime.params import GenerationInput, Usage
+from cirrus.runtime.progress import Progress
 from cirrus.service import EmbeddingRequest, EmbeddingResult, Generation, InferenceRequest
+
+GATEWAY_STEPS = "the gateway's checks (guardrails, limits, budget, cache)"
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +48,10 @@ class Pipeline:
         self.parts = parts
         self.inflight: InFlight[CachedAnswer] = InFlight()
         self._background: set[asyncio.Task[None]] = set()
+        settings = parts.settings
+        self.estimator = TokenEstimator(
+            settings.budget_chars_per_token, settings.budget_prompt_overhead_tokens
+        )
 
     def resolve(self, call: Call, model: str) -> ModelSpec:
         """Scope before lookup: a token that may not use a model learns nothing about whether it exists."""
@@ -54,51 +68,84 @@ class Pipeline:
     async def run(self, call: Call, request: InferenceRequest) -> Answer:
         """`request.model` is the id `resolve` returned."""
         spec = self.parts.catalog.get(request.model)
+        if request.deadline is None:
+            request = dataclasses.replace(request, deadline=call.deadline)
+        answer: Answer | None = None
         try:
-            return await self._run(call, spec, request)
+            answer = await self._run(call, spec, request)
         except CirrusError as error:
-            self._refused(call, spec, error)
+            if call.record is None:  # else already metered with what the workers processed
+                self._refused(call, spec, error)
             raise
+        except asyncio.CancelledError:  # the client left before the answer started
+            if call.record is None:
+                self._record(call, spec, Usage(0, 0), 499, None, "BYPASS", False, 0.0, (0.0, 0.0))
+            raise
+        finally:
+            if answer is None:  # refused, failed or cancelled before an answer took the reservation over
+                call.release_reservation()
+        return answer
 
     async def _run(self, call: Call, spec: ModelSpec, request: InferenceRequest) -> Answer:
         policy = CachePolicy.from_headers(call.headers, self.parts.settings.cache_ttl_s)
         retry = RetryPolicy.from_headers(call.headers)
-        inputs = (await self.parts.input_guard(call.principal, spec)).check(request.inputs)
-        call.prompt = inputs.messages if inputs.messages is not None else inputs.prompt
-        request = dataclasses.replace(request, inputs=inputs)
-        key = self.parts.cache.key_for(call.principal.account_id, spec.id, inputs, policy)
-        # Limits, budget and the cache lookup are independent round trips (to Redis, when shared): overlap them.
-        _, cached = await asyncio.gather(self._admit(call, spec), self._cached(key))
+        chain = self.parts.chain(call.principal, spec)
+        async with call.within_deadline(GATEWAY_STEPS):
+            inputs = (await self.parts.input_guard(call.principal, spec)).check(request.inputs)
+            call.prompt = inputs.messages if inputs.messages is not None else inputs.prompt
+            request = dataclasses.replace(request, inputs=inputs)
+            key = self.parts.cache.key_for(call.principal.account_id, spec.id, inputs, policy)
+            cached = await self._admit_and_look_up(call, spec, self._estimate(chain, inputs), key)
         if key is None:
             call.response_headers["cf-aig-cache-status"] = "BYPASS"
-            return await self._live(call, spec, request, retry, None)
+            return await self._live(call, chain, request, retry, None)
         if cached is None:
-            cached = await self.inflight.wait_for(key, self.parts.settings.request_timeout_s)
+            cached = await self.inflight.wait_for(key, self._left_s(call))
+            call.check_deadline("the wait for an identical request in flight")
         if cached is not None:
             call.response_headers["cf-aig-cache-status"] = "HIT"
             return self._replayed(call, spec, cached)
         call.response_headers["cf-aig-cache-status"] = "MISS"
-        return await self._live(call, spec, request, retry, (key, policy.ttl_s))
+        return await self._live(call, chain, request, retry, (key, policy.ttl_s))
 
     async def embed(self, call: Call, request: EmbeddingRequest) -> EmbeddingResult:
         """`request.model` is the id `resolve` returned. Metered on the model's input price."""
         spec = self.parts.catalog.get(request.model)
+        if request.deadline is None:
+            request = dataclasses.replace(request, deadline=call.deadline)
         call.response_headers["cf-aig-cache-status"] = "BYPASS"
+        progress = Progress()  # what the worker read, even if the request ends without its vectors
         try:
-            texts = await self._guarded_texts(call, spec, request.inputs.texts)
-            await self._admit(call, spec)
+            async with call.within_deadline(GATEWAY_STEPS):
+                texts = await self._guarded_texts(call, spec, request.inputs.texts)
+                await self._admit(call, spec, self.estimator.embedding(spec, texts))
             inputs = dataclasses.replace(request.inputs, texts=texts)
-            result = await self.parts.service.embed(dataclasses.replace(request, inputs=inputs))
+            result = await self.parts.service.embed(dataclasses.replace(request, inputs=inputs), progress)
         except CirrusError as error:
-            self._refused(call, spec, error)
+            if progress.sent:  # a time limit or a crash while the worker read the texts
+                self._embedding_ended(call, spec, progress, error.status, error.code)
+            else:
+                self._refused(call, spec, error)
             raise
         except asyncio.CancelledError:  # the client left
-            self._record(call, spec, Usage(0, 0), 499, None, "BYPASS", False, 0.0, (0.0, 0.0))
+            self._embedding_ended(call, spec, progress, 499, None)
+            raise
+        except BaseException:
+            call.release_reservation()
             raise
         cost = price(spec, result.usage.prompt_tokens, 0, 0)
         self._record(call, spec, result.usage, 200, None, "BYPASS", result.cold_start, result.queue_s, cost)
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, result.usage.total_tokens))
         return result
+
+    def _embedding_ended(
+        self, call: Call, spec: ModelSpec, progress: Progress, status: int, code: int | None
+    ) -> None:
+        """Embeddings that ended without their vectors are metered with the tokens the worker read (final once
+        the service returned or raised; 0 when the request never reached a worker)."""
+        usage, cost = _processed_by([(spec, progress)])
+        self._record(call, spec, usage, status, code, "BYPASS", False, 0.0, cost)
+        self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
     async def _guarded_texts(self, call: Call, spec: ModelSpec, texts: tuple[str, ...]) -> tuple[str, ...]:
         """Each text through the model's and account's input guard, as a prompt is."""
@@ -108,11 +155,44 @@ class Pipeline:
         call.prompt = list(checked)
         return checked
 
-    async def _admit(self, call: Call, spec: ModelSpec) -> None:
-        """The budget first: a request it refuses must not use up a rate-limit slot."""
-        await self.parts.check_budget(call.principal)
+    def _estimate(self, chain: list[ModelSpec], inputs: GenerationInput) -> Estimate:
+        """The most the request may cost on any model of its chain (a fallback may cost more)."""
+        estimates = [self.estimator.generation(model, inputs) for model in chain]
+        return max(estimates, key=lambda estimate: estimate.cost_usd)
+
+    def _left_s(self, call: Call) -> float:
+        left = call.remaining_s()
+        return self.parts.settings.request_timeout_s if left is None else left
+
+    async def _admit_and_look_up(
+        self, call: Call, spec: ModelSpec, estimate: Estimate, key: str | None
+    ) -> CachedAnswer | None:
+        """Limits, budget and the cache lookup are independent round trips (to Redis, when shared): overlap them,
+        and wait for both, so a failed lookup never leaves a reservation behind."""
+        admitted, cached = await asyncio.gather(
+            self._admit(call, spec, estimate), self._cached(key), return_exceptions=True
+        )
+        for outcome in (admitted, cached):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return cached if isinstance(cached, CachedAnswer) else None
+
+    async def _admit(self, call: Call, spec: ModelSpec, estimate: Estimate) -> None:
+        """The budget first: a request it refuses must not use up a rate-limit slot. Its reservation is kept on
+        the call at once, so whatever ends the call lets it go."""
+        call.reservation = await self._reserve(call, estimate)
         status = await self.parts.limiter.admit(call.principal, spec)
         call.response_headers.update(status.headers())
+
+    async def _reserve(self, call: Call, estimate: Estimate) -> Reservation:
+        """The open node (local development) has no budget; a token's account always exists."""
+        principal = call.principal
+        if principal.token_id is None:
+            return nothing_reserved()
+        account = await self.parts.account(principal.account_id)
+        if account is None:
+            return nothing_reserved()
+        return await self.parts.budgets.admit(principal, account.plan, account.daily_free_neurons, estimate)
 
     async def _cached(self, key: str | None) -> CachedAnswer | None:
         return None if key is None else await self.parts.cache.lookup_key(key)
@@ -120,53 +200,97 @@ class Pipeline:
     async def _live(
         self,
         call: Call,
-        spec: ModelSpec,
+        chain: list[ModelSpec],
         request: InferenceRequest,
         retry: RetryPolicy,
         cache_entry: tuple[str, float] | None,
     ) -> Answer:
-        chain = self.parts.chain(call.principal, spec)
         leading = cache_entry is not None and self.inflight.lead(cache_entry[0])
+        tried: list[tuple[ModelSpec, Progress]] = []
+
+        def start(spec: ModelSpec) -> Awaitable[Generation]:
+            tried.append((spec, Progress()))
+            return self.parts.service.start(dataclasses.replace(request, model=spec.id), tried[-1][1])
+
         try:
-            answered = await first_to_answer(chain, retry, lambda s: self._start(request, s))
-        except BaseException:
+            answered = await first_to_answer(chain, retry, start, deadline=request.deadline)
+        except BaseException as error:
             if leading and cache_entry is not None:
                 self.inflight.abandon(cache_entry[0])
+            if tried and isinstance(error, CirrusError):
+                self._start_failed(call, tried, error.status, error.code)
+            elif tried and isinstance(error, asyncio.CancelledError):
+                self._start_failed(call, tried, 499, None)
             raise
-        generation, model = answered.value, chain[answered.step]
-        call.response_headers["cf-aig-step"] = str(answered.step)
         # A fallback's answer is not stored under the requested model's key: a token of the same account that
         # may not use the fallback would be served it.
         shares = leading and answered.step == 0
         if leading and not shares and cache_entry is not None:
             self.inflight.abandon(cache_entry[0])
         try:
-            if generation.cold_start:
-                phases = generation.lease.instance.status().cold_start_phases
-                self.parts.metrics.observe_cold_start(model.id, phases)
-            events = filtered(generation, self.parts.output_filter(model))
+            return self._answer(call, chain[answered.step], answered, cache_entry if shares else None)
         except BaseException:
-            await generation.aclose()
+            await answered.value.aclose()
             if shares and cache_entry is not None:
                 self.inflight.abandon(cache_entry[0])
             raise
 
+    def _answer(
+        self,
+        call: Call,
+        model: ModelSpec,
+        answered: Answered[Generation],
+        cache_entry: tuple[str, float] | None,
+    ) -> Answer:
+        """The answer of a started generation; `cache_entry` when it is to be stored and shared."""
+        generation = answered.value
+        call.response_headers["cf-aig-step"] = str(answered.step)
+        if generation.cold_start:
+            phases = generation.lease.instance.status().cold_start_phases
+            self.parts.metrics.observe_cold_start(model.id, phases)
+        events = filtered(generation, self.parts.output_filter(model))
+
         def on_end(finished: Finished | None, error: CirrusError | None, text: str) -> None:
-            self._ended(call, model, generation, finished, error, text, answered.step, answered.attempts)
-            if cache_entry is not None and shares:
+            call.answer = text
+            if cache_entry is not None:
                 self._settle_cache(call, model, cache_entry, finished, text)
 
+        def bill(usage: Usage, finished: Finished | None, error: CirrusError | None, text: str) -> None:
+            self._ended(call, model, generation, usage, finished, error, answered.step, answered.attempts)
+
+        ending = Ending(on_end, bill)
+        call.billed_later = True  # if it ends early: see `_close_then_bill`
         return Answer(
-            observed(events, call.mark_first_token, on_end),
-            generation.aclose,
+            observed(events, call.mark_first_token, ending.ended),
+            lambda: self._close_then_bill(call, generation, ending),
             generation.cold_start,
             generation.lease.queue_s,
         )
 
-    async def _start(self, request: InferenceRequest, spec: ModelSpec) -> Generation:
-        return await self.parts.service.start(dataclasses.replace(request, model=spec.id))
+    def _start_failed(
+        self, call: Call, tried: list[tuple[ModelSpec, Progress]], status: int, code: int | None
+    ) -> None:
+        """No answer started, but the workers may have read the prompt (a time limit before the first token,
+        a crash mid-prompt, a client that left): meter what they processed, on the last model tried."""
+        usage, cost = _processed_by(tried)
+        spec = tried[-1][0]
+        self._record(call, spec, usage, status, code, "BYPASS", False, 0.0, cost, attempts=len(tried))
+        self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
+
+    async def _close_then_bill(self, call: Call, generation: Generation, ending: Ending) -> None:
+        """In a task of its own: a client that left cancels whoever awaits the close (a streaming response is
+        cancelled again at every await), and the usage must still be metered once the worker stopped."""
+        await asyncio.shield(self._spawn(self._closed(call, generation, ending)))
+
+    async def _closed(self, call: Call, generation: Generation, ending: Ending) -> None:
+        try:
+            await generation.aclose()
+        finally:
+            ending.closed(lambda: _processed(call, generation))
 
     def _replayed(self, call: Call, spec: ModelSpec, cached: CachedAnswer) -> Answer:
+        call.release_reservation()  # an answer from the cache costs nothing
+
         def on_end(finished: Finished | None, error: CirrusError | None, text: str) -> None:
             usage = cached.usage
             self._record(call, spec, usage, 200, None, "HIT", cold_start=False, queue_s=0.0, cost=(0.0, 0.0))
@@ -182,13 +306,14 @@ class Pipeline:
         call: Call,
         spec: ModelSpec,
         generation: Generation,
+        usage: Usage,
         finished: Finished | None,
         error: CirrusError | None,
-        text: str,
         step: int,
         attempts: int,
     ) -> None:
-        usage = finished.usage if finished else Usage(0, 0)
+        """Meter an answer, finished or not: an early end (499 the client left, 408 the time limit, 502 a crash)
+        with the tokens the worker processed and generated, which count against limits and budgets too."""
         status, code = (200, None) if error is None else (error.status, error.code)
         if finished is None and error is None:
             status = 499  # the client left before the answer ended
@@ -209,7 +334,6 @@ class Pipeline:
             step=step,
             attempts=attempts,
         )
-        call.answer = text
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
     def _settle_cache(
@@ -274,15 +398,40 @@ class Pipeline:
             step=step,
             attempts=attempts,
         )
-        call.record = record
         self.parts.meter.record(record)
+        call.release_reservation()  # in the same step: the meter's pending usage takes over from the estimate
+        call.set_record(record)
 
     async def drain(self, timeout_s: float = 5.0) -> None:
         """Let the work started after answers (token charges, cache stores) finish before the stores close."""
         if self._background:
             await asyncio.wait(set(self._background), timeout=timeout_s)
 
-    def _spawn(self, work: Awaitable[None]) -> None:
+    def _spawn(self, work: Awaitable[None]) -> "asyncio.Task[None]":
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
+
+
+def _processed_by(tried: list[tuple[ModelSpec, Progress]]) -> tuple[Usage, tuple[float, float]]:
+    """The tokens the attempts processed, and their cost, each at its own model's price."""
+    prompt = completion = cached = 0
+    usd = neurons = 0.0
+    for spec, progress in tried:
+        usage = progress.usage()
+        prompt, completion = prompt + usage.prompt_tokens, completion + usage.completion_tokens
+        cached += usage.cached_tokens
+        cost = price(spec, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+        usd, neurons = usd + cost[0], neurons + cost[1]
+    return Usage(prompt, completion, cached), (usd, neurons)
+
+
+def _processed(call: Call, generation: Generation) -> Usage:
+    """What the worker processed for a generation that ended early (valid once it is closed). Never raises, as a
+    meter must not break an answer: when it cannot be told, 0 tokens are metered and that is logged."""
+    try:
+        return generation.processed_usage()
+    except Exception:
+        log.exception("could not tell what request %s processed; metering it as 0 tokens", call.request_id)
+        return Usage(0, 0)

@@ -1,7 +1,11 @@
 """Give every request an id: the caller's `x-request-id` (or `cf-ai-req-id`) when it is sane, else a new one.
 It is kept in the ASGI scope and in a context variable (so every log line carries it), passed to the worker,
-and returned as `cf-ai-req-id` and `x-request-id`."""
+and returned as `cf-ai-req-id` and `x-request-id`.
 
+As the outermost middleware it also notes when the request arrived (on the event loop's clock, `arrived_at` in
+the scope's state): the request's time limit runs from there, so it covers the gateway's own steps too."""
+
+import asyncio
 import re
 import uuid
 
@@ -22,8 +26,11 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        arrived_at = asyncio.get_running_loop().time()
         request_id = self._incoming(scope) or uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["arrived_at"] = arrived_at
         encoded = request_id.encode()
 
         async def send_with_id(message: Message) -> None:

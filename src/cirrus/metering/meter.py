@@ -1,14 +1,22 @@
 """The meter: takes each request's usage record without waiting, and writes them in batches in the background.
 
-A batch the store refuses is retried with backoff, then kept in the reconcile file (never lost); the next start
-replays that file. Records not yet written stay counted in two ledgers, so budget checks see them at once.
+A batch the store refuses is retried with backoff, then kept in the reconcile file (never lost). The background
+task replays that file as soon as the store takes a write again (or, with no traffic, on a timer that backs off
+while the store stays down), and every start replays what an earlier run left. Records not yet written stay
+counted in two ledgers, so budget checks see them at once; records kept and then replayed leave the ledgers.
+
+What a crash can lose: a record waits in memory for the next write, which begins at most `FLUSH_INTERVAL_S`
+(0.2 s) after it was recorded, or at once when `BATCH_SIZE` (100) are waiting. A SIGKILL therefore loses the
+records not yet committed: those of the requests that ended since the last write began, about one flush
+interval of traffic (the last write batch). Records kept in the file are on disk and survive it; a graceful stop
+(SIGTERM, SIGINT) writes or keeps everything.
 """
 
 import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +27,9 @@ from cirrus.metering.reconcile import ReconcileFile
 from cirrus.metering.record import UsageRecord
 
 log = logging.getLogger(__name__)
+FLUSH_INTERVAL_S = 0.2
+BATCH_SIZE = 100
+REPLAY_MAX_WAIT_S = 30.0
 
 
 class UsageWriter(Protocol):
@@ -32,10 +43,12 @@ class Meter:
         reconcile_path: Path,
         clock: Callable[[], float] = time.time,
         *,
-        flush_interval_s: float = 0.2,
-        batch_size: int = 100,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+        batch_size: int = BATCH_SIZE,
         retries: int = 3,
         backoff_s: float = 0.1,
+        replay_after_s: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._file = ReconcileFile(reconcile_path)
@@ -50,6 +63,11 @@ class Meter:
         self._closed = False
         self.neurons = Ledger()  # (account id, day) -> neurons not yet written
         self.spend = Ledger()  # (token id, month) -> USD not yet written
+        self._kept: Counter[UsageRecord] = Counter()  # kept in the file by this process, still in the ledgers
+        self._monotonic = monotonic
+        self._replay_after_s = replay_after_s
+        self._replay_wait_s = replay_after_s  # doubles while replays fail, up to REPLAY_MAX_WAIT_S
+        self._replay_at: float | None = None  # when the background task tries the file next; None: not needed
 
     def record(self, record: UsageRecord) -> None:
         """Never blocks, never raises: a failing meter must not break an answer."""
@@ -76,8 +94,22 @@ class Meter:
         return self.spend.pending((token_id, month))
 
     async def replay_unwritten(self) -> int:
-        """Write what an earlier run could not; call once at start, before `start()`."""
-        return await self._file.replay(self._store.write)
+        """Write what could not be written before: by an earlier run (call this at start, before `start()`), or by
+        this one while the store was down (the background task calls it again). Return how many were written."""
+        failed = False
+
+        async def write(records: Sequence[UsageRecord]) -> None:
+            nonlocal failed
+            try:
+                await self._store.write(records)
+            except Exception:
+                failed = True
+                raise
+            self._settle_kept(records)
+
+        written = await self._file.replay(write)
+        self._schedule_replay(failed)
+        return written
 
     def start(self) -> None:
         if self._task is None:
@@ -106,10 +138,27 @@ class Meter:
                         await self._wake.wait()
                 self._wake.clear()
                 await self._flush_guarded()
+                await self._replay_if_due()
             await self._flush_guarded()
         except asyncio.CancelledError:
             self._keep_now(self._take(len(self._queue)))
             raise
+
+    async def _replay_if_due(self) -> None:
+        if self._replay_at is None or self._monotonic() < self._replay_at:
+            return
+        try:
+            await self.replay_unwritten()
+        except Exception:  # a bug here must not stop metering either
+            log.exception("usage replay failed")
+            self._schedule_replay(failed=True)
+
+    def _schedule_replay(self, failed: bool) -> None:
+        if not failed:
+            self._replay_at, self._replay_wait_s = None, self._replay_after_s
+            return
+        self._replay_at = self._monotonic() + self._replay_wait_s
+        self._replay_wait_s = min(2 * self._replay_wait_s, REPLAY_MAX_WAIT_S)
 
     async def _flush_guarded(self) -> None:
         try:
@@ -128,6 +177,8 @@ class Meter:
                     error = exc
                     continue
                 self._settle(batch)
+                if self._replay_at is not None:  # the store takes writes again: replay what it refused
+                    self._replay_at = min(self._replay_at, self._monotonic())
                 return
         except asyncio.CancelledError:
             self._keep_now(batch)  # it may be stored already; a replay recognises it
@@ -146,6 +197,8 @@ class Meter:
             await asyncio.to_thread(self._file.append, records)
         except Exception:
             self._log_lost(records)
+            return
+        self._kept_in_file(records)
 
     def _keep_now(self, records: list[UsageRecord]) -> None:
         if not records:
@@ -154,6 +207,22 @@ class Meter:
             self._file.append(records)
         except Exception:
             self._log_lost(records)
+            return
+        self._kept_in_file(records)
+
+    def _kept_in_file(self, records: list[UsageRecord]) -> None:
+        self._kept.update(records)
+        if self._replay_at is None:
+            self._replay_at = self._monotonic() + self._replay_wait_s
+
+    def _settle_kept(self, records: Sequence[UsageRecord]) -> None:
+        """Replayed records this process kept are in the store now: they leave the ledgers (records an earlier
+        run kept were never in them)."""
+        for record in records:
+            if self._kept[record] > 0:
+                self._kept[record] -= 1
+                self._settle([record])
+        self._kept = +self._kept  # drop the zero counts
 
     def _log_lost(self, records: list[UsageRecord]) -> None:
         """The last resort: the records themselves go to the log, for an operator to recover."""
@@ -167,7 +236,7 @@ class Meter:
             self.spend.add((record.token_id, utc_month(record.started_at)), record.cost_usd)
 
     def _settle(self, batch: list[UsageRecord]) -> None:
-        # Records kept in the reconcile file are never settled: they stay counted until their period ends.
+        # Records kept in the reconcile file stay counted until a replay writes them (or their period ends).
         for record in batch:
             self.neurons.settle((record.account_id, utc_day(record.started_at)), record.neurons)
             if record.token_id:

@@ -89,6 +89,9 @@ CREATE TABLE IF NOT EXISTS usage_daily (
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS usage_daily_by_account_day ON usage_daily (account_id, day)",
     "CREATE INDEX IF NOT EXISTS usage_daily_by_token_day ON usage_daily (token_id, day)",
+    # Retention deletes by age (metering/retention.py). On a large existing PostgreSQL table, create it by hand
+    # first with CREATE INDEX CONCURRENTLY, or the first migration holds a lock while it builds.
+    "CREATE INDEX IF NOT EXISTS usage_events_by_started_at ON usage_events (started_at)",
 )
 
 _ADD_TO_DAY = ", ".join(f"{c} = usage_daily.{c} + excluded.{c}" for c in COUNTERS)

@@ -2,7 +2,14 @@
 
 from collections.abc import Mapping
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from cirrus.metering.record import UsageRecord
 from cirrus.observability.pool_collector import PoolCollector, PoolSource
@@ -44,6 +51,20 @@ class Metrics:
         self._budget_refused = self._counter(
             "cirrus_budget_refused", "Requests refused by a budget", ["reason"]
         )
+        self._breaker_open = Gauge(
+            "cirrus_dependency_skipped",
+            "1 while a dependency's circuit breaker is open or probing (the gateway skips it)",
+            ["dependency"],
+            registry=self.registry,
+        )
+        self._breaker_changes = self._counter(
+            "cirrus_dependency_breaker_changes", "Circuit breaker state changes", ["dependency", "state"]
+        )
+        self._unshared_tokens = self._counter(
+            "cirrus_rate_limit_unshared_tokens",
+            "Tokens charged to this gateway's own limits because the shared store was skipped",
+            ["model"],
+        )
         if pool is not None:
             self.registry.register(PoolCollector(pool))
 
@@ -77,6 +98,14 @@ class Metrics:
 
     def budget_refused(self, reason: str) -> None:
         self._budget_refused.labels(reason).inc()
+
+    def breaker_changed(self, dependency: str, state: str) -> None:
+        """A circuit breaker's new state (closed, open, half_open), from the resilience layer."""
+        self._breaker_open.labels(dependency).set(0 if state == "closed" else 1)
+        self._breaker_changes.labels(dependency, state).inc()
+
+    def rate_limit_charge_dropped(self, model: str, tokens: int) -> None:
+        self._unshared_tokens.labels(model).inc(tokens)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type."""

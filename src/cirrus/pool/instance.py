@@ -9,6 +9,7 @@ from typing import Protocol
 from cirrus.catalog import ModelSpec
 from cirrus.runtime.events import GenerationEvent
 from cirrus.runtime.params import GenerationInput
+from cirrus.runtime.progress import Progress
 
 _instance_numbers = itertools.count(1)
 
@@ -22,6 +23,11 @@ class Worker(Protocol):
     @property
     def alive(self) -> bool: ...
 
+    @property
+    def responsive(self) -> bool: ...
+
+    def watch(self) -> str | None: ...
+
     def on_exit(self, callback: "ExitCallback") -> None: ...
 
     def rss_bytes(self) -> int | None: ...
@@ -31,10 +37,14 @@ class Worker(Protocol):
     async def kill(self) -> None: ...
 
     def generate(
-        self, request_id: str, inputs: GenerationInput, deadline: float | None = None
+        self,
+        request_id: str,
+        inputs: GenerationInput,
+        deadline: float | None = None,
+        progress: Progress | None = None,
     ) -> AsyncIterator[GenerationEvent]: ...
 
-    async def settled(self) -> None: ...
+    async def settled(self, request_id: str | None = None) -> None: ...
 
     def cold_start_phases(self) -> dict[str, float]: ...
 
@@ -49,6 +59,7 @@ class InstanceState(StrEnum):
     STARTING = "starting"
     READY = "ready"
     STOPPING = "stopping"
+    UNRESPONSIVE = "unresponsive"  # shown, never set: a ready instance whose worker misses its heartbeats
 
 
 @dataclass
@@ -71,9 +82,21 @@ class Instance:
         return self.state is InstanceState.READY and self.active == 0
 
     @property
+    def serving(self) -> bool:
+        """Ready and its worker answering: a worker that died or stopped answering gets no new request, even in
+        the moment before its exit or the watchdog is noticed."""
+        return self.state is InstanceState.READY and self.worker is not None and self.worker.responsive
+
+    @property
     def has_room(self) -> bool:
-        """Ready, and decoding fewer sequences than it has slots for."""
-        return self.state is InstanceState.READY and self.active < self.spec.parallel
+        """Serving, and decoding fewer sequences than it has slots for."""
+        return self.serving and self.active < self.spec.parallel
+
+    @property
+    def shown_state(self) -> InstanceState:
+        if self.state is InstanceState.READY and not self.serving:
+            return InstanceState.UNRESPONSIVE
+        return self.state
 
     @property
     def evictable(self) -> bool:
@@ -90,7 +113,7 @@ class Instance:
         return InstanceStatus(
             id=self.id,
             model=self.spec.id,
-            state=str(self.state),
+            state=str(self.shown_state),
             pid=worker.pid if worker else None,
             memory_bytes=self.memory_bytes,
             rss_bytes=worker.rss_bytes() if worker else None,

@@ -116,4 +116,5 @@ class ProcessLauncher:
         worker.process_s = time.perf_counter() - started
         await worker.load(options, self._settings.worker_start_timeout_s)
         worker.cancel_grace_s = self._settings.worker_cancel_grace_s
+        worker.set_watchdog(self._settings.worker_heartbeat_timeout_s, self._settings.worker_stall_s)
         return worker

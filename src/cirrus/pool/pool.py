@@ -3,7 +3,9 @@
 Requests acquire a lease on an instance of their model. An idle instance is reused; otherwise, if the model may
 have another instance and its memory fits the budget (after stopping idle instances, least recently used
 first), one is cold-started; otherwise the request waits in the model's bounded queue until something changes
-or its deadline passes. Idle instances are stopped when their keep-alive runs out, except pinned ones.
+or its deadline passes. Idle instances are stopped when their keep-alive runs out, except pinned ones. A watchdog
+kills workers that stop answering or stop making progress; their instances leave the pool like any whose worker
+exited, and the next request cold-starts a new one.
 """
 
 import asyncio
@@ -11,9 +13,9 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from cirrus.catalog import ModelSpec
 from cirrus.errors import CapacityExceeded, ModelTooLarge, RequestTimeout
@@ -47,6 +49,13 @@ class Lease:
 
     def release(self, keep_alive_s: float | None = None) -> None:
         self._pool._release(self.instance, keep_alive_s)
+
+    def release_when_settled(
+        self, request_id: str, keep_alive_s: float | None = None
+    ) -> "asyncio.Task[None]":
+        """Release once the worker has stopped this request: a cancelled one within an engine step, or when a
+        worker that did not confirm is killed. The caller may wait on the task, or not."""
+        return self._pool._release_when_settled(self, request_id, keep_alive_s)
 
 
 class Pool:
@@ -139,6 +148,32 @@ class Pool:
             except Exception:  # the reaper must outlive any one failure
                 log.exception("keep-alive reaper failed")
 
+    def watch(self) -> None:
+        """One watchdog tick over the ready instances: a worker judged hung is killed (its exit removes the
+        instance, fails its requests with WorkerCrashed and wakes the queue); the others get their next ping."""
+        for instance in list(self._instances):
+            worker = instance.worker
+            if worker is None or instance.state is not InstanceState.READY:
+                continue
+            reason = worker.watch()
+            if reason is not None:
+                log.warning(
+                    "worker of %s (%s, pid %s) %s; killing it",
+                    instance.spec.id,
+                    instance.id,
+                    worker.pid,
+                    reason,
+                )
+                self._spawn(worker.kill())
+
+    async def run_watchdog(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.watch()
+            except Exception:  # the watchdog must outlive any one failure
+                log.exception("worker watchdog failed")
+
     async def close(self) -> None:
         await asyncio.gather(*(self._stop(instance) for instance in list(self._instances)))
         await asyncio.gather(*self._stops, return_exceptions=True)
@@ -229,6 +264,18 @@ class Pool:
         self._share_cores()
         self._spawn_notify()
 
+    def _release_when_settled(
+        self, lease: Lease, request_id: str, keep_alive_s: float | None
+    ) -> "asyncio.Task[None]":
+        async def settle_then_release() -> None:
+            try:
+                with contextlib.suppress(Exception):
+                    await lease.worker.settled(request_id)
+            finally:
+                self._release(lease.instance, keep_alive_s)
+
+        return self._spawn(settle_then_release())
+
     def _share_cores(self) -> None:
         """Split the cores between the instances that are decoding. llama.cpp's threads spin while they wait for
         each other, so two instances using every core each run many times slower than one using half."""
@@ -262,14 +309,17 @@ class Pool:
             await self._notify()
 
     def _spawn_stop(self, instance: Instance) -> None:
-        task = asyncio.get_running_loop().create_task(self._stop(instance), context=contextvars.Context())
-        self._stops.add(task)
-        task.add_done_callback(self._stops.discard)
+        self._spawn(self._stop(instance))
 
     def _spawn_notify(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._notify())
+        self._spawn(self._notify())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> "asyncio.Task[None]":
+        """Background work the pool owns (close waits for it), logging as no request."""
+        task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
         self._stops.add(task)
         task.add_done_callback(self._stops.discard)
+        return task
 
     async def _notify(self) -> None:
         async with self._changed:

@@ -7,6 +7,7 @@ through as a probe (half-open); its success closes the breaker, its failure open
 injected clock: the caller runs the work and reports how it went.
 """
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
@@ -88,7 +89,9 @@ class CircuitBreaker:
         try:
             result = await work()
         except BaseException as exc:
-            if is_failure(exc):
+            # A probe whose caller left proved nothing: the dependency stays suspect for another period.
+            probe_left = self._state is BreakerState.HALF_OPEN and isinstance(exc, asyncio.CancelledError)
+            if probe_left or is_failure(exc):
                 self.failed()
             elif self._state is BreakerState.HALF_OPEN:
                 self.succeeded()

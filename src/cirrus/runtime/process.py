@@ -1,5 +1,5 @@
 """A worker process seen from the server: spawn it, stream generations or ask embeddings of it, cancel, stop or
-kill it."""
+kill it, and watch that it still answers."""
 
 import asyncio
 import contextlib
@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cirrus.errors import (
@@ -27,7 +27,9 @@ from cirrus.runtime.channel import TransportClosed
 from cirrus.runtime.embedding import EmbeddingInput, Embeddings
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.frames import Frame
-from cirrus.runtime.params import GenerationInput, Usage
+from cirrus.runtime.liveness import Liveness
+from cirrus.runtime.params import GenerationInput
+from cirrus.runtime.progress import Progress, usage_of
 from cirrus.runtime.transport import SocketTransport, Transport
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,11 @@ _KEEP_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": 
 # A worker uses numpy for argmax only; OpenBLAS's own thread pool, started when numpy is imported, would only
 # compete with llama.cpp's threads for the cores.
 _ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1"}
+# What ends a request in the worker: after one of these it holds nothing of that request.
+ENDINGS = frozenset({"finished", "failed", "embedded"})
+# Watchdog defaults; the launcher sets the configured ones (settings.worker_heartbeat_timeout_s, worker_stall_s).
+HEARTBEAT_TIMEOUT_S = 3.0
+STALL_S = 30.0
 
 
 def _timed_out() -> RequestTimeout:
@@ -72,16 +79,40 @@ def _worker_error(frame: Frame) -> CirrusError:
     return InternalError(message)
 
 
+@dataclass(eq=False)
+class _Stream:
+    """One request's frames from the worker, and what they told so far."""
+
+    request_id: str
+    progress: Progress
+    queue: "asyncio.Queue[Frame | CirrusError]" = field(default_factory=asyncio.Queue)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the worker is done with it, or is gone
+    timer: asyncio.TimerHandle | None = None
+
+    def deliver(self, frame: Frame) -> None:
+        self.progress.see(frame)
+        if frame["type"] in ENDINGS:
+            self.ended.set()
+        self.queue.put_nowait(frame)
+
+    def end(self, error: CirrusError) -> None:
+        self.ended.set()
+        self.queue.put_nowait(error)
+
+
 class WorkerProcess:
     def __init__(self, proc: asyncio.subprocess.Process, transport: Transport) -> None:
         self._proc = proc
         self._transport = transport
-        self._streams: dict[str, asyncio.Queue[Frame | CirrusError]] = {}
+        self._streams: dict[str, _Stream] = {}
+        self._cancels: dict[str, asyncio.Task[None]] = {}
         self._exit_callbacks: list[Callable[[], None]] = []
         self._dead = False
         self._reader: asyncio.Task[None] | None = None
-        self._pending_cancels: set[asyncio.Task[None]] = set()
+        self._ping: asyncio.Task[None] | None = None
         self._notices: set[asyncio.Task[None]] = set()
+        self._liveness = Liveness(HEARTBEAT_TIMEOUT_S, STALL_S, time.monotonic)
+        self._condemned = False  # judged hung: it is being killed
         self.cancel_grace_s = 2.0
         self.process_s = 0.0
         self.info: EngineInfo | None = None
@@ -92,14 +123,25 @@ class WorkerProcess:
 
     @property
     def alive(self) -> bool:
-        return not self._dead
+        """Running as far as anyone can tell: neither its connection nor its exit status says otherwise."""
+        return not self._dead and self._proc.returncode is None
 
     @property
     def exited(self) -> bool:
         return self._proc.returncode is not None
 
+    @property
+    def responsive(self) -> bool:
+        """Alive and answering heartbeats; a worker that is not gets no new request."""
+        return self.alive and not self._condemned and not self._liveness.late
+
     def on_exit(self, callback: Callable[[], None]) -> None:
         self._exit_callbacks.append(callback)
+
+    def set_watchdog(self, timeout_s: float, stall_s: float) -> None:
+        """How long a worker may leave heartbeats unanswered, or requests without an engine step, before it is
+        judged hung (see `runtime/liveness.py`)."""
+        self._liveness = Liveness(timeout_s, stall_s, time.monotonic)
 
     @classmethod
     async def start(cls, heap_bytes: int = 0) -> "WorkerProcess":
@@ -179,13 +221,37 @@ class WorkerProcess:
             int(frame["n_ctx"]), bool(frame["has_chat_template"]), time.perf_counter() - started
         )
 
+    # -- the watchdog -----------------------------------------------------------------------------------------
+
+    def watch(self) -> str | None:
+        """One watchdog tick (about a second apart): why this worker must be replaced, or None; then the next
+        heartbeat goes out. A ping is a few dozen bytes each way, answered by the worker's reader thread."""
+        if self._dead or self._condemned or self._reader is None:
+            return None
+        reason = self._liveness.check(busy=self._busy())
+        self._condemned = reason is not None
+        if reason is None and (self._ping is None or self._ping.done()):
+            self._liveness.pinged()
+            self._ping = asyncio.get_running_loop().create_task(
+                self._send_quietly({"type": "ping"}), context=contextvars.Context()
+            )
+        return reason
+
+    def _busy(self) -> bool:
+        return any(not stream.ended.is_set() for stream in self._streams.values())
+
+    # -- frames from the worker -------------------------------------------------------------------------------
+
     async def _read_frames(self) -> None:
         try:
             while True:
                 frame = await self._transport.recv()
-                queue = self._streams.get(str(frame.get("id")))
-                if queue is not None:
-                    queue.put_nowait(frame)
+                if frame["type"] == "pong":
+                    self._liveness.answered(int(frame.get("steps", 0)))
+                    continue
+                stream = self._streams.get(str(frame.get("id")))
+                if stream is not None:
+                    stream.deliver(frame)
         except TransportClosed:
             pass
         finally:
@@ -195,111 +261,138 @@ class WorkerProcess:
         if self._dead:
             return
         self._dead = True
-        for queue in self._streams.values():
-            queue.put_nowait(WorkerCrashed("the model's worker process exited during the request"))
+        for stream in self._streams.values():
+            stream.end(WorkerCrashed("the model's worker process exited during the request"))
         for callback in self._exit_callbacks:
             callback()
 
-    async def generate(
-        self, request_id: str, inputs: GenerationInput, deadline: float | None = None
-    ) -> AsyncIterator[GenerationEvent]:
-        """Stream one generation. Leaving early (break, cancel, error) cancels it in the worker; past the
-        deadline (on the loop's clock) it raises RequestTimeout. One timer per request, not one per token."""
-        queue, timer = self._open_stream(request_id, deadline)
-        finished = False
-        try:
-            await self._send({"type": "generate", "id": request_id, "input": inputs.to_frame()})
-            while not finished:
-                event = self._event(await queue.get())
-                finished = isinstance(event, Finished)
-                yield event
-        except CirrusError:
-            finished = True
-            raise
-        finally:
-            self._close_stream(request_id, queue, timer, settled=finished)
+    # -- requests ---------------------------------------------------------------------------------------------
 
-    def _event(self, item: Frame | CirrusError) -> GenerationEvent:
+    async def generate(
+        self,
+        request_id: str,
+        inputs: GenerationInput,
+        deadline: float | None = None,
+        progress: Progress | None = None,
+    ) -> AsyncIterator[GenerationEvent]:
+        """Stream one generation. Leaving early (break, cancel, error) cancels it in the worker; at the deadline
+        (on the loop's clock) it raises RequestTimeout and the worker is told to stop at once. One timer per
+        request, not one per token. `progress` receives what the worker reports, for billing."""
+        stream = self._open_stream(request_id, deadline, progress)
+        try:
+            await self._send_request(
+                stream, {"type": "generate", "id": request_id, "input": inputs.to_frame()}
+            )
+            while True:
+                event = self._event(await stream.queue.get())
+                if event is not None:
+                    yield event
+                    if isinstance(event, Finished):
+                        return
+        finally:
+            self._close_stream(stream)
+
+    def _event(self, item: Frame | CirrusError) -> GenerationEvent | None:
         if isinstance(item, CirrusError):
             raise item
         if item["type"] == "text":
             return TextDelta(item["text"])
         if item["type"] == "finished":
-            usage = Usage(
-                int(item["prompt_tokens"]),
-                int(item["completion_tokens"]),
-                int(item["cached_tokens"]),
-                int(item.get("reasoning_tokens", 0)),
-            )
-            return Finished(str(item["finish_reason"]), usage)
+            return Finished(str(item["finish_reason"]), usage_of(item))
+        if item["type"] == "started":
+            return None
         raise _worker_error(item)
 
     async def embed(
-        self, request_id: str, inputs: EmbeddingInput, deadline: float | None = None
-    ) -> Embeddings:
-        """One request's embeddings. Leaving early (cancel, deadline) cancels it in the worker if not started."""
-        queue, timer = self._open_stream(request_id, deadline)
-        answered = False
-        try:
-            await self._send({"type": "embed", "id": request_id, "input": inputs.to_frame()})
-            item = await queue.get()
-            answered = not isinstance(item, CirrusError)
-            return _embeddings(item)
-        finally:
-            self._close_stream(request_id, queue, timer, settled=answered or self._dead)
-
-    def _open_stream(
-        self, request_id: str, deadline: float | None
-    ) -> tuple[asyncio.Queue[Frame | CirrusError], asyncio.TimerHandle | None]:
-        """The queue the reader delivers this request's frames to, and one timer for its deadline."""
-        if self._dead:
-            raise WorkerCrashed("the model's worker process is not running")
-        queue: asyncio.Queue[Frame | CirrusError] = asyncio.Queue()
-        self._streams[request_id] = queue
-        timer = None
-        if deadline is not None:
-            timer = asyncio.get_running_loop().call_at(deadline, queue.put_nowait, _timed_out())
-        return queue, timer
-
-    def _close_stream(
         self,
         request_id: str,
-        queue: asyncio.Queue[Frame | CirrusError],
-        timer: asyncio.TimerHandle | None,
-        settled: bool,
-    ) -> None:
-        """A request the worker has finished is forgotten; one left early is cancelled in the worker."""
-        if timer is not None:
-            timer.cancel()
-        if settled:
-            self._streams.pop(request_id, None)
-        else:
-            self._abandon(request_id, queue)
-
-    def _abandon(self, request_id: str, queue: asyncio.Queue[Frame | CirrusError]) -> None:
-        task = asyncio.get_running_loop().create_task(self._cancel_and_settle(request_id, queue))
-        self._pending_cancels.add(task)
-        task.add_done_callback(self._pending_cancels.discard)
-
-    async def _cancel_and_settle(self, request_id: str, queue: asyncio.Queue[Frame | CirrusError]) -> None:
-        """Tell the worker to stop; a worker that does not confirm within the grace period is killed."""
+        inputs: EmbeddingInput,
+        deadline: float | None = None,
+        progress: Progress | None = None,
+    ) -> Embeddings:
+        """One request's embeddings. Leaving early (cancel, deadline) cancels it in the worker if not started."""
+        stream = self._open_stream(request_id, deadline, progress)
         try:
-            await self._send({"type": "cancel", "id": request_id})
-            async with asyncio.timeout(self.cancel_grace_s):
-                while True:
-                    item = await queue.get()
-                    if isinstance(item, CirrusError) or item["type"] in ("finished", "failed", "embedded"):
-                        return
-        except (TimeoutError, CirrusError):
-            log.warning("worker %s did not stop request %s in time; killing it", self.pid, request_id)
-            await self.kill()
+            await self._send_request(stream, {"type": "embed", "id": request_id, "input": inputs.to_frame()})
+            return _embeddings(await stream.queue.get())
         finally:
-            self._streams.pop(request_id, None)
+            self._close_stream(stream)
 
-    async def settled(self) -> None:
-        """Wait until every cancelled generation has been confirmed stopped (or the worker killed)."""
-        while self._pending_cancels:
-            await asyncio.gather(*list(self._pending_cancels), return_exceptions=True)
+    def _open_stream(self, request_id: str, deadline: float | None, progress: Progress | None) -> _Stream:
+        """Where the reader delivers this request's frames, and one timer for its deadline."""
+        if not self.alive:
+            raise WorkerCrashed("the model's worker process is not running")
+        stream = _Stream(request_id, progress if progress is not None else Progress())
+        self._streams[request_id] = stream
+        if deadline is not None:
+            stream.timer = asyncio.get_running_loop().call_at(deadline, self._expire, stream)
+        return stream
+
+    async def _send_request(self, stream: _Stream, frame: Frame) -> None:
+        await self._send(frame)
+        stream.progress.sent = True
+
+    def _expire(self, stream: _Stream) -> None:
+        """The deadline passed: the caller hears it now, and the worker is told to stop now, whether or not the
+        caller is still reading (a slow reader must not keep the worker decoding)."""
+        stream.queue.put_nowait(_timed_out())
+        self._abandon(stream)
+
+    def _close_stream(self, stream: _Stream) -> None:
+        """A request the worker has finished is forgotten; one left early is cancelled in the worker."""
+        if stream.timer is not None:
+            stream.timer.cancel()
+        if stream.ended.is_set():
+            self._forget(stream)
+        else:
+            self._abandon(stream)
+
+    def _forget(self, stream: _Stream) -> None:
+        if self._streams.get(stream.request_id) is stream:
+            del self._streams[stream.request_id]
+
+    # -- cancelling -------------------------------------------------------------------------------------------
+
+    def _abandon(self, stream: _Stream) -> None:
+        if stream.ended.is_set() or stream.request_id in self._cancels:
+            return
+        task = asyncio.get_running_loop().create_task(self._cancel_and_settle(stream))
+        self._cancels[stream.request_id] = task
+        task.add_done_callback(lambda done: self._cancel_done(stream.request_id, done))
+
+    def _cancel_done(self, request_id: str, task: asyncio.Task[None]) -> None:
+        if self._cancels.get(request_id) is task:
+            del self._cancels[request_id]
+
+    async def _cancel_and_settle(self, stream: _Stream) -> None:
+        """Tell the worker to stop; it confirms within one engine step (its `finished` frame then carries the
+        real token counts). A worker that does not confirm within the grace period is killed, and the pool
+        replaces it."""
+        try:
+            await self._send({"type": "cancel", "id": stream.request_id})
+            async with asyncio.timeout(self.cancel_grace_s):
+                await stream.ended.wait()
+        except TimeoutError:
+            log.warning(
+                "worker %s did not stop request %s within %.1fs; killing it",
+                self.pid,
+                stream.request_id,
+                self.cancel_grace_s,
+            )
+            await self.kill()
+        except WorkerCrashed:
+            pass  # gone already: nothing is left to stop
+        finally:
+            self._forget(stream)
+
+    async def settled(self, request_id: str | None = None) -> None:
+        """Wait until a cancelled request (or, without an id, every one) has been confirmed stopped, or the
+        worker killed. Being cancelled while waiting leaves the cancel running."""
+        tasks = [self._cancels[request_id]] if request_id in self._cancels else []
+        if request_id is None:
+            tasks = list(self._cancels.values())
+        if tasks:
+            await asyncio.wait(tasks)
 
     async def _send(self, frame: Frame) -> None:
         try:
@@ -307,6 +400,8 @@ class WorkerProcess:
         except TransportClosed as exc:
             self._mark_dead()
             raise WorkerCrashed("the model's worker process is not running") from exc
+
+    # -- stopping ---------------------------------------------------------------------------------------------
 
     async def stop(self, grace_s: float = 5.0) -> None:
         with contextlib.suppress(WorkerCrashed):

@@ -109,6 +109,15 @@ class BatchScheduler:
                 reasoning=self._reasoning_counter(prompt),
             )
         )
+        # The server learns the prompt's size now, so work cut short by a crash is still billed for it.
+        self._send(
+            {
+                "type": "started",
+                "id": request_id,
+                "prompt_tokens": len(prompt),
+                "cached_tokens": placement.reuse,
+            }
+        )
 
     def _reasoning_counter(self, prompt: list[int]) -> ReasoningCounter:
         """Reasoning starts open when the prompt itself ends by opening it (GLM-4.7 with thinking on)."""
@@ -213,7 +222,7 @@ class BatchScheduler:
         sequence.reasoning.see(token)
         text = sequence.text_for(self._model.piece(token))
         if text:
-            self._send({"type": "text", "id": sequence.request_id, "text": text})
+            self._send_text(sequence, text)
         if sequence.matcher.stopped:
             self._finish(sequence, "stop")
         elif sequence.completion_tokens >= sequence.budget:
@@ -224,7 +233,7 @@ class BatchScheduler:
     def _finish(self, sequence: Sequence, reason: str) -> None:
         tail = sequence.tail() if reason != "cancelled" else ""
         if tail:
-            self._send({"type": "text", "id": sequence.request_id, "text": tail})
+            self._send_text(sequence, tail)
         self._send_finished(
             sequence.request_id,
             reason,
@@ -244,6 +253,12 @@ class BatchScheduler:
         self._last_used[sequence.slot] = time.monotonic()
 
     # -- frames -----------------------------------------------------------------------------------------------
+
+    def _send_text(self, sequence: Sequence, text: str) -> None:
+        """Text carries the running count of generated tokens, the figure a crash leaves the server with."""
+        self._send(
+            {"type": "text", "id": sequence.request_id, "text": text, "tokens": sequence.completion_tokens}
+        )
 
     def _send_finished(
         self, request_id: str, reason: str, prompt: int, completion: int, cached: int, reasoning: int = 0

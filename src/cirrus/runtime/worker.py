@@ -4,7 +4,8 @@ One model per process. The engine is imported as the process starts, before the 
 so a process started ahead of need (a spare) pays only for mapping weights when a cold start comes. A reader
 thread takes frames off the socket, so a cancel arrives while the main thread is decoding; the main thread runs
 the engine (the batch scheduler for generation, the embedding engine for embeddings) one step at a time while
-there is work.
+there is work. The reader thread also answers the server's heartbeat (`ping`) with how many steps the main thread
+has completed, so the server can tell a stopped process (no answer) from a stuck engine (no progress).
 """
 
 import logging
@@ -48,8 +49,12 @@ class Worker:
         self._channel = channel
         self._inbox: queue.Queue[Frame] = queue.Queue()
         self._cancelled: set[str] = set()
+        # Requests received and not yet ended: a cancel that crosses its request's last frame (the server's
+        # deadline fired as the worker finished) is dropped rather than remembered forever.
+        self._open: set[str] = set()
         self._lock = threading.Lock()
         self._threads: int | None = None
+        self._steps = 0  # engine steps completed; written by the main thread, read by the reader thread
 
     def serve(self) -> None:
         engine = self._load()
@@ -61,6 +66,7 @@ class Worker:
             if threads is not None:
                 engine.set_threads(threads)
             engine.step()
+            self._steps += 1
 
     def _take_frames(self, engine: Engine, block: bool) -> bool:
         """Hand new requests to the scheduler. False once told to shut down."""
@@ -127,6 +133,7 @@ class Worker:
         if frame["type"] in ENDINGS:
             with self._lock:
                 self._cancelled.discard(str(frame["id"]))
+                self._open.discard(str(frame["id"]))
         self._channel.send(frame)
 
     def _read_loop(self) -> None:
@@ -134,10 +141,13 @@ class Worker:
             while True:
                 frame = self._channel.recv()
                 if frame["type"] in REQUESTS:
+                    with self._lock:
+                        self._open.add(str(frame["id"]))
                     self._inbox.put(frame)
                 elif frame["type"] == "cancel":
-                    with self._lock:
-                        self._cancelled.add(str(frame["id"]))
+                    self._cancel(str(frame["id"]))
+                elif frame["type"] == "ping":
+                    self._channel.send({"type": "pong", "steps": self._steps})
                 elif frame["type"] == "threads":
                     self._threads = int(frame["n"])
                 elif frame["type"] == "shutdown":
@@ -145,6 +155,11 @@ class Worker:
                     return
         except (TransportClosed, OSError):
             os._exit(0)  # the server is gone: nobody is left to answer
+
+    def _cancel(self, request_id: str) -> None:
+        with self._lock:
+            if request_id in self._open:
+                self._cancelled.add(request_id)
 
     def _is_cancelled(self, request_id: str) -> bool:
         with self._lock:

@@ -13,6 +13,7 @@ from cirrus.api.context import platform_of
 from cirrus.api.errors import error_body
 from cirrus.api.inference import complete, inference_request, resolve_model, stream_response
 from cirrus.api.openai.schemas import ChatCompletionRequest, now, response_id
+from cirrus.api.path_parameters import account_parameter
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
@@ -108,4 +109,5 @@ for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
         chat_completions,
         methods=["POST"],
         summary="Create a chat completion (OpenAI)",
+        openapi_extra=account_parameter(_prefix),
     )

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from cirrus.api.errors import error_body
 from cirrus.api.inference import complete, inference_request, resolve_model, stream_response
 from cirrus.api.openai.schemas import CompletionRequest, finish_reason, now, response_id
+from cirrus.api.path_parameters import account_parameter
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
@@ -65,5 +66,9 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
 
 for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
     router.add_api_route(
-        f"{_prefix}/completions", completions, methods=["POST"], summary="Create a text completion (OpenAI)"
+        f"{_prefix}/completions",
+        completions,
+        methods=["POST"],
+        summary="Create a text completion (OpenAI)",
+        openapi_extra=account_parameter(_prefix),
     )

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from cirrus.api.embeddings import embed, texts_of
 from cirrus.api.inference import resolve_model
 from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
+from cirrus.api.path_parameters import account_parameter
 from cirrus.runtime.embedding import MAX_TEXTS, EmbeddingInput
 
 router = APIRouter(tags=["OpenAI"])
@@ -76,5 +77,9 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
 
 for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
     router.add_api_route(
-        f"{_prefix}/embeddings", embeddings, methods=["POST"], summary="Create embeddings (OpenAI)"
+        f"{_prefix}/embeddings",
+        embeddings,
+        methods=["POST"],
+        summary="Create embeddings (OpenAI)",
+        openapi_extra=account_parameter(_prefix),
     )

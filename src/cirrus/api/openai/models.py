@@ -5,6 +5,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from cirrus.api.context import platform_of, principal_of
+from cirrus.api.path_parameters import account_parameter
 from cirrus.catalog import CatalogEntry
 from cirrus.errors import NoSuchModel
 
@@ -39,7 +40,17 @@ async def get_model(model: str, request: Request) -> dict[str, Any]:
 
 
 for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
-    router.add_api_route(f"{_prefix}/models", list_models, methods=["GET"], summary="List models (OpenAI)")
     router.add_api_route(
-        f"{_prefix}/models/{{model:path}}", get_model, methods=["GET"], summary="Retrieve a model (OpenAI)"
+        f"{_prefix}/models",
+        list_models,
+        methods=["GET"],
+        summary="List models (OpenAI)",
+        openapi_extra=account_parameter(_prefix),
+    )
+    router.add_api_route(
+        f"{_prefix}/models/{{model:path}}",
+        get_model,
+        methods=["GET"],
+        summary="Retrieve a model (OpenAI)",
+        openapi_extra=account_parameter(_prefix),
     )

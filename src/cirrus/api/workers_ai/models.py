@@ -6,6 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 
 from cirrus.api.context import platform_of, principal_of
+from cirrus.api.path_parameters import ACCOUNT_PREFIX, account_parameter
 from cirrus.catalog import CatalogEntry
 
 router = APIRouter(tags=["Workers AI"])
@@ -87,8 +88,9 @@ async def search_models(
 
 router.add_api_route("/ai/models/search", search_models, methods=["GET"], summary="Search the model catalog")
 router.add_api_route(
-    "/client/v4/accounts/{account_id}/ai/models/search",
+    f"{ACCOUNT_PREFIX}/ai/models/search",
     search_models,
     methods=["GET"],
     summary="Search the model catalog",
+    openapi_extra=account_parameter(ACCOUNT_PREFIX),
 )

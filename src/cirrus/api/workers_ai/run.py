@@ -16,6 +16,7 @@ from cirrus.api.chat.plan import ChatPlan, plan_chat
 from cirrus.api.context import platform_of
 from cirrus.api.embeddings import embed
 from cirrus.api.inference import complete, inference_request, resolve_model, stream_response
+from cirrus.api.path_parameters import account_parameter
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
 from cirrus.api.validation import invalid_input
@@ -175,5 +176,5 @@ for _path in ("/ai/run/{model:path}", "/client/v4/accounts/{account_id}/ai/run/{
         summary="Run a model (Workers AI)",
         description="The body is the model's task input: TextGenerationInput or TextEmbeddingsInput.",
         responses={200: {"description": "the result envelope, or text/event-stream when stream is true"}},
-        openapi_extra=_BODY,
+        openapi_extra={**_BODY, **account_parameter(_path)},
     )
