@@ -90,6 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_config=None,  # uvicorn's loggers write through our JSON handler
         timeout_graceful_shutdown=10,
         http=edge_protocol(EdgeLimits.from_settings(settings)),  # head limits and connection caps
+        ws="none",  # no WebSocket routes: an upgrade request is plain HTTP, and its connection stays counted
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     return 0

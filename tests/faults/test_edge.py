@@ -197,3 +197,58 @@ def test_normal_requests_are_served_during_an_attack(server: Server) -> None:
         stop.set()
         attacker.join(timeout=2 * MARGIN_S)
     assert not attacker.is_alive()
+
+
+def upgrade_head(path: bytes = b"/v1/ws") -> bytes:
+    return (
+        b"GET " + path + b" HTTP/1.1\r\nHost: cirrus\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+
+
+def test_websocket_upgrade_requests_are_plain_http_and_free_their_connection_slot(server: Server) -> None:
+    """The app has no WebSocket routes: an upgrade request is answered as HTTP (404), and each connection's slot
+    is released when it closes, so a client that sent more upgrades than its cap is still served."""
+    client = "127.0.0.3"
+    for _ in range(PER_CLIENT + 2):
+        with connect(server, client) as sock:
+            sock.sendall(upgrade_head())
+            answer = sock.recv(65536)
+        assert status_of(answer) == 404, answer[:200]
+
+    def served() -> bool:
+        with connect(server, client) as sock:
+            send_quietly(sock, head(b"Connection: close\r\n"))
+            return status_of(read_until_closed(sock, MARGIN_S)) == 200
+
+    assert wait_until(served, timeout_s=MARGIN_S)
+
+
+def test_a_head_over_the_limit_arriving_in_one_read_is_answered_431(server: Server) -> None:
+    request = head(b"X-Big: " + b"a" * (40 * 1024) + b"\r\n")  # over 32 KiB, small enough for one read
+    with connect(server) as sock:
+        sock.sendall(request)
+        answer = read_until_closed(sock, MARGIN_S)
+    assert status_of(answer) == 431, answer[:200]
+
+
+def test_a_refused_head_behind_a_pending_response_closes_instead_of_splicing_a_431(server: Server) -> None:
+    """A 431 written while an earlier response on the connection is unfinished would land inside it."""
+    too_many = head(*(b"X-%d: 1\r\n" % i for i in range(60)))
+    with connect(server) as sock:
+        sock.sendall(head() + too_many)  # pipelined: the second head is refused before the first is answered
+        answer = read_until_closed(sock, MARGIN_S)
+    assert b" 431 " not in answer, answer[:300]
+    assert answer == b"" or status_of(answer) == 200, answer[:300]
+
+
+def test_refused_connections_do_not_flood_the_log(server: Server) -> None:
+    client, refused = "127.0.0.4", 20
+    logged_before = server.log().count("Too many connections")
+    with ExitStack() as held:
+        for _ in range(PER_CLIENT):
+            held.enter_context(connect(server, client))
+        for _ in range(refused):
+            with connect(server, client) as extra:
+                assert status_of(read_until_closed(extra, MARGIN_S)) == 503
+    assert server.log().count("Too many connections") - logged_before <= 2  # the first, then a summary

@@ -30,6 +30,10 @@ class Script:
     stuck: bool = False  # main thread stuck in the engine: pings answered, no progress
     dies_on_generate: bool = False  # the process exits as a request reaches it, before admitting it
     dies_after_start: bool = False  # the process exits right after admitting a request
+    loads: bool = True  # False: the model's load is never answered (a cold start that takes its time)
+    sends_block: bool = (
+        False  # its socket buffer is full: every send waits until it clears or the process dies
+    )
 
 
 @dataclass
@@ -43,6 +47,8 @@ class FakeEngineTransport:
     closed: bool = False
 
     async def send(self, frame: Frame) -> None:
+        while self.script.sends_block and not self.closed:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
         if self.closed:
             raise TransportClosed("worker connection is closed")
         self.sent.append(frame)
@@ -73,7 +79,7 @@ class FakeEngineTransport:
 
     def _handle(self, frame: Frame) -> None:
         kind = frame["type"]
-        if kind == "load":
+        if kind == "load" and self.script.loads:
             self._reply({"type": "ready", "n_ctx": 512, "has_chat_template": True})
         elif kind == "ping" and self.script.answers_pings and not self.script.frozen:
             self._reply({"type": "pong", "steps": self.steps})
@@ -162,12 +168,17 @@ class FakeProcess:
         return self.returncode
 
 
+def idle_worker(script: Script | None = None) -> tuple[WorkerProcess, FakeEngineTransport, FakeProcess]:
+    """A WorkerProcess over a fake engine, waiting to be told which model to load."""
+    transport = FakeEngineTransport(script or Script())
+    process = FakeProcess(transport)
+    return WorkerProcess(cast(asyncio.subprocess.Process, process), transport), transport, process
+
+
 async def loaded_worker(
     script: Script | None = None,
 ) -> tuple[WorkerProcess, FakeEngineTransport, FakeProcess]:
     """A WorkerProcess over a fake engine, with its model loaded (its frame reader running)."""
-    transport = FakeEngineTransport(script or Script())
-    process = FakeProcess(transport)
-    worker = WorkerProcess(cast(asyncio.subprocess.Process, process), transport)
+    worker, transport, process = idle_worker(script)
     await worker.load(OPTIONS, timeout_s=5)
     return worker, transport, process

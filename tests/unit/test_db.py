@@ -2,15 +2,19 @@
 error of the statement (stopped, frozen and restarted servers: tests/faults/test_database.py)."""
 
 import asyncio
+import contextlib
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg_pool import PoolTimeout
 
 from cirrus.db.database import Database, open_database
-from cirrus.db.guard import DatabaseLimits
-from cirrus.db.postgres import PostgresDatabase, to_pyformat
+from cirrus.db.guard import DatabaseLimits, Verdict
+from cirrus.db.postgres import ConnectionDropped, PostgresDatabase, to_pyformat
+from cirrus.db.postgres_errors import PoolBusy, classify
 from cirrus.db.sqlite import SqliteDatabase
 from cirrus.errors import DependencyUnavailable
 from cirrus.resilience import BreakerState
@@ -138,26 +142,134 @@ def _state(db: PostgresDatabase) -> BreakerState:
     return db.breaker.state
 
 
-async def test_a_statement_past_the_deadline_is_unavailable_and_the_next_calls_skip_the_database(
-    postgres_dsn: str,
-) -> None:
+@contextlib.asynccontextmanager
+async def fresh_database(
+    postgres_dsn: str, limits: DatabaseLimits
+) -> AsyncIterator[tuple[PostgresDatabase, str]]:
+    """A new database holding items `a` and `b`, opened with `limits`; and its URL, for a second client."""
     url = create_database(postgres_dsn)
-    db = await open_database(url, DatabaseLimits(timeout_s=0.5, retry_after_s=0.5))
+    db = await open_database(url, limits)
     try:
         assert isinstance(db, PostgresDatabase)
-        assert await db.fetch_one("SHOW statement_timeout") == ("500ms",)  # the server gives up too
-        with pytest.raises(DependencyUnavailable) as refused:
-            await asyncio.wait_for(db.fetch_one("SELECT pg_sleep(30)"), timeout=10)
-        assert (refused.value.status, refused.value.code) == (503, 3057)
-        assert _state(db) is BreakerState.OPEN
-        with pytest.raises(DependencyUnavailable, match="failed recently"):
-            await db.fetch_one("SELECT 1")
-        await asyncio.sleep(0.6)
-        assert await db.fetch_one("SELECT ?", (1,)) == (1,)  # the probe found it well and closed the breaker
-        assert _state(db) is BreakerState.CLOSED
+        await db.migrate([ITEMS])
+        await db.execute_many("INSERT INTO items (id, count) VALUES (?, ?)", [("a", 0), ("b", 0)])
+        yield db, url
     finally:
         await db.close()
         drop_database(url)
+
+
+async def test_a_statement_past_its_timeout_refuses_its_caller_only(postgres_dsn: str) -> None:
+    """The server cancels a slow statement before the gateway's deadline, so it is known alive: 503 for that
+    caller, and the breaker stays closed for everyone else."""
+    async with fresh_database(postgres_dsn, DatabaseLimits(timeout_s=1.0, retry_after_s=30.0)) as (db, _):
+        assert await db.fetch_one("SHOW statement_timeout") == ("500ms",)  # half the call's deadline
+        with pytest.raises(DependencyUnavailable) as refused:
+            await asyncio.wait_for(db.fetch_one("SELECT pg_sleep(30)"), timeout=10)
+        assert (refused.value.status, refused.value.code) == (503, 3057)
+        assert refused.value.retry_after_s == pytest.approx(30.0)
+        assert isinstance(refused.value.__cause__, psycopg.errors.QueryCanceled)
+        assert _state(db) is BreakerState.CLOSED
+        assert await db.fetch_one("SELECT ?", (1,)) == (1,)  # asked at once, not skipped for 30 s
+
+
+async def _wait_for_a_lock_waiter(url: str) -> None:
+    """Until a statement waits for a lock (on a connection of its own: a transaction sees one snapshot of it)."""
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as watcher:
+        for _ in range(200):
+            cursor = await watcher.execute(waiting)
+            if await cursor.fetchone() != (0,):
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("no statement came to wait for the lock")
+
+
+async def test_a_deadlock_refuses_its_caller_only(postgres_dsn: str) -> None:
+    """Two writers lock the same rows in opposite orders (as two gateways' usage batches can): the server aborts
+    one with a deadlock. Its caller gets 503; the server is alive, so the breaker stays closed."""
+    # A statement may run 3 s, past the 1 s of deadlock_timeout after which the server looks for a deadlock.
+    limits = DatabaseLimits(timeout_s=6.0, retry_after_s=30.0)
+    async with (
+        fresh_database(postgres_dsn, limits) as (db, url),
+        await psycopg.AsyncConnection.connect(url) as other,
+    ):
+        await other.execute("SET deadlock_timeout = '30s'")  # so the gateway's statement is the one aborted
+        await other.execute("UPDATE items SET count = count + 1 WHERE id = 'a'")
+        batch = asyncio.ensure_future(
+            db.execute_many("UPDATE items SET count = count + 1 WHERE id = ?", [("b",), ("a",)])
+        )
+        await _wait_for_a_lock_waiter(url)
+        await asyncio.wait_for(other.execute("UPDATE items SET count = count + 1 WHERE id = 'b'"), timeout=20)
+        await other.commit()
+        with pytest.raises(DependencyUnavailable) as refused:
+            await asyncio.wait_for(batch, timeout=20)
+        assert isinstance(refused.value.__cause__, psycopg.errors.DeadlockDetected)
+        assert _state(db) is BreakerState.CLOSED
+        assert await db.fetch_all("SELECT id, count FROM items ORDER BY id") == [("a", 1), ("b", 1)]
+
+
+async def test_every_connection_in_use_refuses_the_caller_left_waiting_only(postgres_dsn: str) -> None:
+    """A flood that holds every pooled connection: a caller that waited its share for one gets 503, the breaker
+    stays closed, and the calls holding the connections finish."""
+    limits = DatabaseLimits(timeout_s=6.0, retry_after_s=30.0, pool_size=1)
+    async with (
+        fresh_database(postgres_dsn, limits) as (db, url),
+        await psycopg.AsyncConnection.connect(url, autocommit=True) as other,
+    ):
+        await other.execute("SELECT pg_advisory_lock(7)")
+        holder = asyncio.ensure_future(db.fetch_one("SELECT pg_advisory_lock(7), 'held'"))
+        await _wait_for_a_lock_waiter(url)
+        with pytest.raises(DependencyUnavailable) as refused:
+            await asyncio.wait_for(db.fetch_one("SELECT 1"), timeout=20)
+        assert isinstance(refused.value.__cause__, PoolBusy)
+        assert _state(db) is BreakerState.CLOSED
+        await other.execute("SELECT pg_advisory_unlock(7)")
+        assert await asyncio.wait_for(holder, timeout=20) == ("", "held")
+        assert await db.fetch_one("SELECT ?", (2,)) == (2,)
+
+
+async def test_a_probe_that_finds_the_server_busy_closes_the_breaker(postgres_dsn: str) -> None:
+    async with fresh_database(postgres_dsn, DatabaseLimits(timeout_s=1.0, retry_after_s=0.2)) as (db, _):
+        db.breaker.failed()  # as after an outage
+        assert _state(db) is BreakerState.OPEN
+        await asyncio.sleep(0.3)
+        with pytest.raises(DependencyUnavailable) as refused:
+            await asyncio.wait_for(db.fetch_one("SELECT pg_sleep(30)"), timeout=10)  # the probe
+        assert isinstance(refused.value.__cause__, psycopg.errors.QueryCanceled)
+        assert _state(db) is BreakerState.CLOSED
+        assert await db.fetch_one("SELECT ?", (3,)) == (3,)
+
+
+@pytest.mark.parametrize(
+    ("error", "verdict"),
+    [
+        (psycopg.OperationalError("connection refused"), Verdict.OUTAGE),  # no SQLSTATE: no server reached
+        (PoolTimeout("couldn't get a connection"), Verdict.OUTAGE),  # the pool could not connect
+        (ConnectionDropped("closed"), Verdict.OUTAGE),
+        (psycopg.errors.ConnectionFailure(), Verdict.OUTAGE),  # class 08
+        (psycopg.errors.AdminShutdown(), Verdict.OUTAGE),
+        (psycopg.errors.CrashShutdown(), Verdict.OUTAGE),
+        (psycopg.errors.CannotConnectNow(), Verdict.OUTAGE),
+        (psycopg.errors.TooManyConnections(), Verdict.OUTAGE),
+        (psycopg.errors.QueryCanceled(), Verdict.BUSY),
+        (psycopg.errors.DeadlockDetected(), Verdict.BUSY),
+        (psycopg.errors.SerializationFailure(), Verdict.BUSY),
+        (psycopg.errors.LockNotAvailable(), Verdict.BUSY),
+        (psycopg.errors.DiskFull(), Verdict.BUSY),
+        (PoolBusy("every connection in use"), Verdict.NOT_REACHED),
+        (psycopg.errors.UndefinedTable(), Verdict.CALLER),
+        (psycopg.errors.UniqueViolation(), Verdict.CALLER),
+        (
+            psycopg.ProgrammingError("the query has 1 placeholder but 2 parameters were passed"),
+            Verdict.CALLER,
+        ),
+        (ValueError("not a database error"), Verdict.CALLER),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else value.name,
+)
+def test_errors_are_judged_by_what_they_say_about_the_server(error: BaseException, verdict: Verdict) -> None:
+    assert classify(error) is verdict
 
 
 async def test_a_bad_statement_stays_its_own_error(postgres_dsn: str) -> None:

@@ -1,12 +1,13 @@
 """The database guard with fakes and an injected clock: which errors mean "unavailable", the breaker that makes
-callers skip a failed database, and the deadline that never waits for a call that does not answer."""
+callers skip a failed database (and only for an outage, never for a busy one), and the deadline that never waits
+for a call that does not answer."""
 
 import asyncio
 import time
 
 import pytest
 
-from cirrus.db.guard import DatabaseGuard, DatabaseLimits, DeadlineExceeded, within
+from cirrus.db.guard import DatabaseGuard, DatabaseLimits, DeadlineExceeded, Verdict, within
 from cirrus.errors import DependencyUnavailable
 from cirrus.resilience import BreakerState
 
@@ -27,6 +28,23 @@ class BadStatement(Exception):
     """Stands for a programming error: the database answered, the statement was wrong."""
 
 
+class Busy(Exception):
+    """Stands for a live server that cannot serve this call now (a deadlock, a statement timeout)."""
+
+
+class NoConnection(Exception):
+    """Stands for every pooled connection in use: the call never reached the server."""
+
+
+def classify(error: BaseException) -> Verdict:
+    verdicts: dict[type[BaseException], Verdict] = {
+        Outage: Verdict.OUTAGE,
+        Busy: Verdict.BUSY,
+        NoConnection: Verdict.NOT_REACHED,
+    }
+    return verdicts.get(type(error), Verdict.CALLER)
+
+
 class FakeDatabase:
     def __init__(self) -> None:
         self.calls = 0
@@ -42,8 +60,13 @@ class FakeDatabase:
 LIMITS = DatabaseLimits(timeout_s=1.0, retry_after_s=3.0)
 
 
+def state(guard: DatabaseGuard) -> BreakerState:
+    """Read afresh each time (mypy would carry an earlier assertion's narrowing over)."""
+    return guard.breaker.state
+
+
 def guard_for(clock: Clock, limits: DatabaseLimits = LIMITS) -> DatabaseGuard:
-    return DatabaseGuard(limits, lambda error: isinstance(error, Outage), clock=clock)
+    return DatabaseGuard(limits, classify, clock=clock)
 
 
 async def test_an_outage_is_a_503_and_then_callers_skip_the_database() -> None:
@@ -173,3 +196,68 @@ async def test_within_returns_the_result_or_raises_the_work_error() -> None:
     assert await within(ok, 1.0) == 7
     with pytest.raises(Outage):
         await within(broken, 1.0)
+
+
+async def open_breaker(clock: Clock, db: FakeDatabase, guard: DatabaseGuard) -> None:
+    """An outage opens the breaker; then the wait passes, so the next call is the probe."""
+    db.failure = Outage()
+    with pytest.raises(DependencyUnavailable):
+        await guard.run(db.query)
+    assert state(guard) is BreakerState.OPEN
+    clock.now += LIMITS.retry_after_s
+
+
+async def test_a_busy_database_refuses_that_call_only_and_leaves_the_breaker_closed() -> None:
+    clock, db = Clock(), FakeDatabase()
+    guard = guard_for(clock)
+    db.failure = Busy("deadlock detected")
+    for _ in range(3):
+        with pytest.raises(DependencyUnavailable) as refused:
+            await guard.run(db.query)
+        assert (refused.value.status, refused.value.code) == (503, 3057)
+        assert refused.value.retry_after_s == pytest.approx(LIMITS.retry_after_s)
+        assert isinstance(refused.value.__cause__, Busy)
+    assert state(guard) is BreakerState.CLOSED
+    assert db.calls == 3  # every call asked the database: none was skipped
+    db.failure = None
+    assert await guard.run(db.query) == "row"
+
+
+async def test_a_call_that_found_no_free_connection_refuses_that_call_only() -> None:
+    clock, db = Clock(), FakeDatabase()
+    guard = guard_for(clock)
+    db.failure = NoConnection()
+    with pytest.raises(DependencyUnavailable) as refused:
+        await guard.run(db.query)
+    assert isinstance(refused.value.__cause__, NoConnection)
+    assert state(guard) is BreakerState.CLOSED
+    db.failure = None
+    assert await guard.run(db.query) == "row"
+
+
+async def test_a_probe_that_finds_the_database_busy_closes_the_breaker() -> None:
+    clock, db = Clock(), FakeDatabase()
+    guard = guard_for(clock)
+    await open_breaker(clock, db, guard)
+    db.failure = Busy("canceling statement due to statement timeout")
+    with pytest.raises(DependencyUnavailable):
+        await guard.run(db.query)  # the probe: the server answered, so it is alive
+    assert state(guard) is BreakerState.CLOSED
+    db.failure = None
+    assert await guard.run(db.query) == "row"
+    assert db.calls == 3
+
+
+async def test_a_probe_that_found_no_free_connection_waits_for_the_next_probe() -> None:
+    clock, db = Clock(), FakeDatabase()
+    guard = guard_for(clock)
+    await open_breaker(clock, db, guard)
+    db.failure = NoConnection()
+    with pytest.raises(DependencyUnavailable):
+        await guard.run(db.query)  # the probe never reached the server: no answer either way
+    assert state(guard) is BreakerState.OPEN  # not stuck half-open: another probe after the wait
+    assert guard.breaker.retry_after_s() == pytest.approx(LIMITS.retry_after_s)
+    clock.now += LIMITS.retry_after_s
+    db.failure = None
+    assert await guard.run(db.query) == "row"
+    assert state(guard) is BreakerState.CLOSED

@@ -17,7 +17,14 @@ from cirrus.auth.store import Account, Plan
 from cirrus.catalog import ArtifactRef, ModelSpec
 from cirrus.catalog.spec import Pricing
 from cirrus.config import Settings
-from cirrus.errors import CapacityExceeded, CirrusError, DailyAllocationExhausted, RateLimited, RequestTimeout
+from cirrus.errors import (
+    CapacityExceeded,
+    CirrusError,
+    DailyAllocationExhausted,
+    RateLimited,
+    RequestTimeout,
+    WorkerCrashed,
+)
 from cirrus.gateway.answer import Ending
 from cirrus.gateway.attempts import RetryPolicy, first_to_answer
 from cirrus.gateway.call import Call, call_of
@@ -382,3 +389,25 @@ async def test_a_call_s_deadline_runs_from_the_request_s_arrival() -> None:
     remaining = the_call.remaining_s()
     assert remaining is not None and remaining <= 3.0
     assert call_of(Request({"type": "http", "path": "/", "headers": []}), stream=False).deadline is None
+
+
+async def test_an_attempt_that_read_the_prompt_before_failing_is_billed_with_the_answer(
+    tmp_path: Path,
+) -> None:
+    pipeline, parts = make_pipeline(tmp_path)
+    parts.chain = lambda principal, spec: [spec, spec]  # falls back (to the same model) after a crash
+    failures: list[CirrusError] = [WorkerCrashed("the worker died after reading the prompt")]
+    start = parts.service.start
+
+    async def crash_once(request: InferenceRequest, progress: Progress | None = None) -> FakeGeneration:
+        parts.service.fail = failures.pop() if failures else None
+        generation: FakeGeneration = await start(request, progress)
+        return generation
+
+    parts.service.start = crash_once
+    completion = await (await pipeline.run(call(), request())).collect()
+    await pipeline.drain()
+    (record,) = parts.meter.records
+    assert completion.usage == Usage(40, 5)  # the caller sees the answer's own usage
+    assert (record.status, record.attempts) == (200, 2)
+    assert (record.prompt_tokens, record.completion_tokens) == (900 + 40, 5)

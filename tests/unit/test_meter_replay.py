@@ -2,7 +2,6 @@
 file and written by the running meter once the store is back (no restart), each record counted once."""
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +14,7 @@ from cirrus.errors import DependencyUnavailable
 from cirrus.metering.meter import Meter
 from cirrus.metering.record import UsageRecord
 from cirrus.metering.store import UsageStore
+from tests.unit.records import usage_record
 
 NOW = datetime(2025, 3, 14, 18, 0, tzinfo=UTC).timestamp()
 DAY = "2025-03-14"
@@ -35,24 +35,7 @@ class FlakyWriter:
 
 
 def usage(neurons: float) -> UsageRecord:
-    return UsageRecord(
-        request_id=uuid.uuid4().hex,
-        account_id=ACCOUNT,
-        token_id="tok",
-        model="@cf/test/alpha",
-        status=200,
-        error_code=None,
-        prompt_tokens=20,
-        completion_tokens=5,
-        cached_tokens=0,
-        queue_s=0.0,
-        cold_start=False,
-        execution_s=0.1,
-        neurons=neurons,
-        cost_usd=neurons * 0.011 / 1000,
-        cache_status="MISS",
-        started_at=NOW,
-    )
+    return usage_record(neurons=neurons, account_id=ACCOUNT, started_at=NOW)
 
 
 @pytest_asyncio.fixture(loop_scope="function")

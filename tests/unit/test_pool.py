@@ -350,3 +350,26 @@ async def test_release_when_settled_waits_for_the_worker_to_confirm() -> None:
     confirmed.set()
     await asyncio.wait_for(released, 1)
     assert pool.statuses()[0].active_requests == 0
+
+
+async def test_requests_queued_while_a_worker_was_late_are_served_once_it_answers_again() -> None:
+    pool, launcher, _ = make_pool()
+    (await pool.acquire(SMALL, deadline())).release()
+    late = launcher.launched[0][1]
+    late.answering = False
+    waiter = asyncio.create_task(pool.acquire(SMALL, deadline(3)))
+    await asyncio.sleep(0.02)
+    assert not waiter.done()
+    late.answering = True  # its pong arrived; nothing else happens in the pool
+    pool.watch()
+    lease = await asyncio.wait_for(waiter, 1)
+    assert not lease.cold_start and lease.worker is late and len(launcher.launched) == 1
+    lease.release()
+
+
+async def test_a_cold_start_cut_short_by_its_deadline_leaves_no_instance_behind() -> None:
+    pool, _, _ = make_pool(delay=5)
+    with pytest.raises(RequestTimeout):
+        await pool.acquire(SMALL, deadline(0.05))
+    await settle()
+    assert pool.statuses() == [] and pool.used_bytes() == 0

@@ -21,6 +21,7 @@ from cirrus.metering.record import UsageRecord
 from cirrus.metering.reservations import Reservation, Reservations, nothing_reserved
 from cirrus.metering.shared_holds import SharedHolds
 from cirrus.runtime.params import GenerationInput, SamplingParams
+from tests.unit.records import usage_record
 
 NOW = 1_741_975_200.0  # 2025-03-14 18:00 UTC
 DAY, MONTH = utc_day(NOW), utc_month(NOW)
@@ -79,24 +80,8 @@ def principal(limit: float | None = None) -> Principal:
 
 
 def record(neurons: float) -> UsageRecord:
-    cost = neurons * 0.011 / 1000
-    return UsageRecord(
-        request_id="r",
-        account_id="acct",
-        token_id="tok",
-        model=SPEC.id,
-        status=200,
-        error_code=None,
-        prompt_tokens=1,
-        completion_tokens=1,
-        cached_tokens=0,
-        queue_s=0.0,
-        cold_start=False,
-        execution_s=0.1,
-        neurons=neurons,
-        cost_usd=cost,
-        cache_status="MISS",
-        started_at=NOW,
+    return usage_record(
+        neurons=neurons, request_id="r", model=SPEC.id, prompt_tokens=1, completion_tokens=1, started_at=NOW
     )
 
 
@@ -246,7 +231,7 @@ async def test_gateways_on_one_database_see_each_other_s_reservations(
     gateways = []
     for name in ("one", "two"):
         reservations = Reservations()
-        shared = SharedHolds(database, reservations, clock=clock, stale_s=30.0)
+        shared = SharedHolds(database, reservations, clock=clock, stale_s=30.0, read_every_s=0.0)
         await shared.migrate()
         meter = Meter(NoWrites(), tmp_path / f"{name}.jsonl", clock)
         budget = BudgetGuard(
@@ -293,3 +278,49 @@ async def test_an_idle_gateway_writes_nothing(database: Database) -> None:
     await shared.migrate()
     await shared.publish()
     assert await database.fetch_all("SELECT * FROM budget_holds") == []
+
+
+async def test_what_other_gateways_hold_is_read_at_most_once_per_read_interval(database: Database) -> None:
+    clock = Clock()
+    mine, theirs = Reservations(), Reservations()
+    reader = SharedHolds(database, mine, clock=clock, read_every_s=0.5)
+    writer = SharedHolds(database, theirs, clock=clock)
+    await reader.migrate()
+    assert await reader.held_elsewhere("neurons", "acct", "2026-12-01") == 0.0
+    theirs.hold(("acct", "2026-12-01"), None, Estimate(1e-6, 2.0))
+    await writer.publish()
+    assert await reader.held_elsewhere("neurons", "acct", "2026-12-01") == 0.0  # within the interval: cached
+    clock.now += 0.5
+    assert await reader.held_elsewhere("neurons", "acct", "2026-12-01") == 2.0
+
+
+class SlowSpend(Totals):
+    """The spend total answers last; meanwhile `during` runs (another request is metered)."""
+
+    def __init__(self, during: "list[object]") -> None:
+        super().__init__()
+        self.during = during
+
+    async def spend_this_month(self, token_id: str, month: str) -> float:
+        for _ in range(6):
+            await asyncio.sleep(0)
+        for work in self.during:
+            assert callable(work)
+            work()
+        return self.spend
+
+
+async def test_a_request_metered_while_the_other_total_is_read_is_counted(tmp_path: Path) -> None:
+    """Its hold goes and its pending usage comes in one step; the check must see the pending usage."""
+    during: list[object] = []
+    meter = Meter(NoWrites(), tmp_path / "unwritten.jsonl", lambda: NOW)
+    budget = BudgetGuard(SlowSpend(during), meter, 1.0, clock=lambda: NOW, cache_ttl_s=0.0)
+    running = await budget.admit(principal(limit=1.0), "free", None, Estimate(1e-6, 0.9))
+
+    def metered() -> None:
+        meter.record(record(neurons=1.0))
+        running.release()
+
+    during.append(metered)
+    with pytest.raises(DailyAllocationExhausted):
+        await budget.admit(principal(limit=1.0), "free", None, Estimate(1e-6, 0.01))

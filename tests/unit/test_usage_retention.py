@@ -12,29 +12,13 @@ from cirrus.db.database import Database
 from cirrus.metering.record import UsageRecord
 from cirrus.metering.retention import DAY_S, UsageRetention
 from cirrus.metering.store import UsageStore
+from tests.unit.records import usage_record
 
 NOW = datetime(2025, 6, 30, 12, 0, tzinfo=UTC).timestamp()
 
 
 def record(account: str, started_at: float, neurons: float = 10.0) -> UsageRecord:
-    return UsageRecord(
-        request_id=uuid.uuid4().hex,
-        account_id=account,
-        token_id="tok",
-        model="@cf/test/alpha",
-        status=200,
-        error_code=None,
-        prompt_tokens=20,
-        completion_tokens=5,
-        cached_tokens=0,
-        queue_s=0.0,
-        cold_start=False,
-        execution_s=0.1,
-        neurons=neurons,
-        cost_usd=neurons * 0.011 / 1000,
-        cache_status="MISS",
-        started_at=started_at,
-    )
+    return usage_record(neurons=neurons, account_id=account, started_at=started_at)
 
 
 async def event_times(db: Database, account: str) -> list[float]:

@@ -3,6 +3,7 @@ cancels confirmed or punished, heartbeats, and the usage each way of ending leav
 
 import asyncio
 import signal
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -11,13 +12,17 @@ from cirrus.runtime.embedding import EmbeddingInput
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.params import GenerationInput, SamplingParams, Usage
 from cirrus.runtime.progress import Progress
-from tests.unit.fake_engine import CACHED_TOKENS, PROMPT_TOKENS, Script, loaded_worker
+from tests.unit.fake_engine import CACHED_TOKENS, OPTIONS, PROMPT_TOKENS, Script, idle_worker, loaded_worker
 
 INPUTS = GenerationInput(prompt="count", sampling=SamplingParams(max_tokens=1000))
 
 
 def soon(seconds: float) -> float:
     return asyncio.get_running_loop().time() + seconds
+
+
+async def drain(events: AsyncIterator[GenerationEvent]) -> list[GenerationEvent]:
+    return [event async for event in events]
 
 
 async def test_a_generation_that_finishes_reports_the_workers_usage() -> None:
@@ -164,3 +169,71 @@ async def test_embeddings_past_the_deadline_still_count_what_the_worker_read() -
     await asyncio.wait_for(worker.settled("e1"), 2)
     assert "cancel" in transport.sent_types()
     assert progress.usage() == Usage(7, 0)
+
+
+# -- review findings on issue 12 -------------------------------------------------------------------------------
+
+
+async def test_a_request_that_cannot_be_written_still_gets_its_408_and_the_worker_is_killed() -> None:
+    """A stopped worker's socket buffer is full: writing the request waits no longer than its time limit."""
+    worker, transport, process = await loaded_worker()
+    worker.cancel_grace_s = 0.1
+    transport.script.sends_block = True
+    progress = Progress()
+    with pytest.raises(RequestTimeout):
+        await asyncio.wait_for(drain(worker.generate("r1", INPUTS, soon(0.1), progress)), 2)
+    await asyncio.wait_for(worker.settled("r1"), 2)
+    assert process.signals == [signal.SIGKILL], (
+        "its cancel could not be written either: killed after the grace"
+    )
+    assert not progress.sent
+
+
+async def test_a_cancel_that_cannot_be_written_counts_against_the_grace() -> None:
+    worker, transport, process = await loaded_worker(Script(tokens=1000))
+    worker.cancel_grace_s = 0.1
+    events = aiter(worker.generate("r1", INPUTS, soon(0.2)))
+    await anext(events)
+    transport.script.sends_block = True  # the worker stopped reading its socket
+    with pytest.raises(RequestTimeout):
+        while True:
+            await asyncio.wait_for(anext(events), 2)
+    await asyncio.wait_for(worker.settled("r1"), 2)
+    assert process.signals == [signal.SIGKILL] and not worker.alive
+
+
+async def test_two_requests_with_the_same_id_on_one_worker_each_get_their_own_stream() -> None:
+    worker, transport, process = await loaded_worker(Script(tokens=3))
+    both = await asyncio.wait_for(
+        asyncio.gather(
+            drain(worker.generate("same", INPUTS, soon(5))), drain(worker.generate("same", INPUTS, soon(5)))
+        ),
+        2,
+    )
+    for events in both:
+        assert [type(e) for e in events] == [TextDelta, TextDelta, TextDelta, Finished]
+    wire_ids = {frame["id"] for frame in transport.sent if frame["type"] == "generate"}
+    assert len(wire_ids) == 2, "the worker sees two requests, not one id twice"
+    assert worker.alive and process.signals == []
+
+
+async def test_a_client_reusing_another_requests_id_cannot_get_the_worker_killed() -> None:
+    worker, _, process = await loaded_worker(Script(tokens=20, step_s=0.01))
+    worker.cancel_grace_s = 0.2
+    other = asyncio.create_task(drain(worker.generate("same", INPUTS, soon(5))))
+    with pytest.raises(RequestTimeout):
+        await drain(worker.generate("same", INPUTS, soon(0.05)))
+    await asyncio.wait_for(worker.settled("same"), 2)
+    events = await asyncio.wait_for(other, 2)
+    assert isinstance(events[-1], Finished) and events[-1].finish_reason == "length"
+    assert worker.alive and process.signals == []
+
+
+async def test_a_cold_start_cancelled_while_loading_kills_the_half_loaded_process() -> None:
+    worker, _, process = idle_worker(Script(loads=False))
+    loading = asyncio.create_task(worker.load(OPTIONS, timeout_s=30))
+    await asyncio.sleep(0.05)
+    loading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(loading, 2)
+    assert process.signals == [signal.SIGKILL] and not worker.alive

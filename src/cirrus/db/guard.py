@@ -3,9 +3,14 @@
 Why both: a stopped server refuses at once, but a frozen one (SIGSTOP, a network partition) never answers, and
 without a client-side deadline every caller would wait for it. The deadline bounds one call; the breaker makes
 the calls after a failure skip the database for `retry_after_s` rather than each wait out the deadline again,
-then lets one call through as a probe. Whatever means "the database is unavailable" (the engine's connection
-errors, our own deadline, the open breaker) becomes one `DependencyUnavailable` (503 / 3057, `Retry-After`);
-anything else (bad SQL, a constraint) is the caller's error and stays as it is, and leaves the breaker alone.
+then lets one call through as a probe.
+
+An error is judged by what it says about the server (`Verdict`), because one breaker serves every caller: only a
+server that is gone or silent (a refused connection, a shutdown, our own deadline) opens it. A live server that
+cannot serve this one call (a statement past its timeout, a deadlock, a lock, every pooled connection in use)
+answers that caller 503 / 3057 with `Retry-After` and nobody else; were it to open the breaker, one slow query
+would refuse every uncached token for `retry_after_s`. Bad SQL or a constraint is the caller's error and stays as
+it is. The open breaker is a `DependencyUnavailable` too.
 
 The call runs in its own task. At its deadline the task is cancelled but not awaited: a database driver may
 take seconds to clean up a connection whose server does not answer (psycopg tries to cancel the query), and
@@ -18,6 +23,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar
 
 from cirrus.errors import DependencyUnavailable
@@ -35,7 +41,7 @@ FAILURES_TO_OPEN = 1
 class DatabaseLimits:
     """How long the gateway waits for its database, and how hard it leans on it."""
 
-    timeout_s: float = 2.0  # one call: a connection from the pool, connecting, the statement
+    timeout_s: float = 2.0  # one call, end to end; only a silent server should reach it (an outage)
     pool_size: int = 10
     retry_after_s: float = 2.0  # how long the breaker skips the database after it failed
     on_change: Callable[[str, BreakerState], None] | None = None  # e.g. a metric of the breaker's state
@@ -45,16 +51,25 @@ class DeadlineExceeded(Exception):
     """The database did not answer within the call's deadline."""
 
 
+class Verdict(Enum):
+    """What a failed call says about the database, and so what the breaker makes of it."""
+
+    CALLER = "caller"  # the database answered; the statement or its data was wrong: the caller's error
+    BUSY = "busy"  # the database answered that it cannot do this call now: 503 for this caller only
+    NOT_REACHED = "not_reached"  # the call never reached the database (no free connection): 503, no evidence
+    OUTAGE = "outage"  # the database is gone or silent: 503, and the breaker opens
+
+
 class DatabaseGuard:
     def __init__(
         self,
         limits: DatabaseLimits,
-        is_outage: Callable[[BaseException], bool],
+        classify: Callable[[BaseException], Verdict],
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._limits = limits
-        self._is_outage = is_outage
+        self._classify = classify
         self.breaker = CircuitBreaker(
             "database",
             failures_to_open=FAILURES_TO_OPEN,
@@ -73,17 +88,27 @@ class DatabaseGuard:
             self._abandoned()
             raise
         except Exception as error:
-            if not (isinstance(error, DeadlineExceeded) or self._is_outage(error)):
-                self.breaker.succeeded()  # the database answered: the mistake is the caller's
+            verdict = Verdict.OUTAGE if isinstance(error, DeadlineExceeded) else self._classify(error)
+            self._record(verdict)
+            if verdict is Verdict.CALLER:
                 raise
-            self.breaker.failed()
             raise self._unavailable(_describe(error)) from error
         self.breaker.succeeded()
         return result
 
+    def _record(self, verdict: Verdict) -> None:
+        """Any answer from the server shows it alive and closes the breaker, a probe's included (a probe that hit
+        a deadlock must not leave it half-open); a call that never reached the server is like a caller leaving."""
+        if verdict is Verdict.OUTAGE:
+            self.breaker.failed()
+        elif verdict is Verdict.NOT_REACHED:
+            self._abandoned()
+        else:
+            self.breaker.succeeded()
+
     def _abandoned(self) -> None:
-        """The caller left (client gone, request deadline): that says nothing about the database, unless this was
-        the probe, whose answer will now never come; then wait for the next probe."""
+        """The caller left (client gone, request deadline) or never got a connection: that says nothing about the
+        database, unless this was the probe, whose answer will now never come; then wait for the next probe."""
         if self.breaker.state is BreakerState.HALF_OPEN:
             self.breaker.failed()
 

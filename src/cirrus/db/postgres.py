@@ -4,10 +4,13 @@ Placeholders are rewritten from `?` to `%s` outside quoted literals and identifi
 PostgreSQL's `?` JSON operators. Every `%` is doubled, because psycopg reads `%` as a placeholder marker
 even inside literals once parameters are passed (and they always are).
 
-Limits: connecting waits `connect_timeout`; the server cancels a statement past `statement_timeout`; the guard
-bounds the whole call (waiting for a pooled connection included) on the client side, since a frozen server
-answers nothing, not even a cancel. A call that found its connection dropped (a restart, an idle timeout) is
-retried once on a fresh one, and the rest of the pool, opened to the same server, is replaced.
+Limits: the guard bounds the whole call on the client side, since a frozen server answers nothing, not even a
+cancel; reaching that deadline counts as an outage and opens the breaker. So a live server must answer within it
+even when it is busy: a call waits for a pooled connection at most `POOL_WAIT_SHARE` of its deadline, and the
+server cancels a statement past `STATEMENT_SHARE` of it, which leaves the rest as margin for the answer to arrive.
+Those answers (db/postgres_errors.py) are 503 for their caller alone. A call that found its connection dropped (a
+restart, an idle timeout) is retried once on a fresh one, and the rest of the pool, opened to the same server, is
+replaced.
 """
 
 import math
@@ -18,10 +21,11 @@ from functools import lru_cache, partial
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from cirrus.db.database import Params, Row
 from cirrus.db.guard import DatabaseGuard, DatabaseLimits
+from cirrus.db.postgres_errors import PoolBusy, classify
 from cirrus.errors import DependencyUnavailable
 from cirrus.resilience import CircuitBreaker
 
@@ -32,6 +36,10 @@ MIGRATION_TIMEOUT_S = 60.0
 RECONNECT_TIMEOUT_S = 5.0  # the pool stops re-adding a lost connection after this; the next call asks again
 DRAIN_INTERVAL_S = 1.0
 CLOSE_TIMEOUT_S = 5.0
+# Shares of a call's deadline: waiting for a free connection, then one statement. Both end, with the server's
+# or the pool's own error, well before the deadline, which only a silent server then reaches.
+POOL_WAIT_SHARE = 0.3
+STATEMENT_SHARE = 0.5
 
 # One number for every Cirrus process, so two gateways starting at once migrate one after the other.
 _MIGRATION_LOCK_KEY = 0x63697272
@@ -51,12 +59,6 @@ def to_pyformat(sql: str) -> str:
     return _TOKENS.sub(_rewrite_token, sql)
 
 
-def is_outage(error: BaseException) -> bool:
-    """The server is down, unreachable, restarting, out of resources or too slow (psycopg's OperationalError,
-    the pool's timeouts among them); not a mistake in the statement or its data."""
-    return isinstance(error, psycopg.OperationalError)
-
-
 class ConnectionDropped(psycopg.OperationalError):
     """The server had closed the connection a call was given (a restart, an idle timeout): the call most likely
     never reached a live backend, so it is tried once more on a fresh connection."""
@@ -67,8 +69,10 @@ class PostgresDatabase:
 
     def __init__(self, pool: Pool, limits: DatabaseLimits) -> None:
         self._pool = pool
-        self._guard = DatabaseGuard(limits, is_outage)
+        self._guard = DatabaseGuard(limits, classify)
+        self._limits = limits
         self._drained_at = -DRAIN_INTERVAL_S
+        self._in_use = 0  # connections held by calls, abandoned ones still running included
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -93,7 +97,7 @@ class PostgresDatabase:
             configure=partial(_configure, limits),
             min_size=1,
             max_size=limits.pool_size,
-            timeout=limits.timeout_s,
+            timeout=limits.timeout_s * POOL_WAIT_SHARE,
             reconnect_timeout=RECONNECT_TIMEOUT_S,
             name="cirrus",
             open=False,
@@ -102,25 +106,37 @@ class PostgresDatabase:
         return cls(pool, limits)
 
     async def _run(self, work: Callable[[Connection], Awaitable[T]], timeout_s: float | None = None) -> T:
-        return await self._guard.run(lambda: self._on_connection(work), timeout_s)
+        wait_s = (self._limits.timeout_s if timeout_s is None else timeout_s) * POOL_WAIT_SHARE
+        return await self._guard.run(lambda: self._on_connection(work, wait_s), timeout_s)
 
-    async def _on_connection(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+    async def _on_connection(self, work: Callable[[Connection], Awaitable[T]], wait_s: float) -> T:
         try:
-            return await self._attempt(work)
+            return await self._attempt(work, wait_s)
         except ConnectionDropped:
             await self._replace_idle_connections()
-        return await self._attempt(work)
+        return await self._attempt(work, wait_s)
 
-    async def _attempt(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        async with self._pool.connection() as connection:
-            try:
-                return await work(connection)
-            except psycopg.OperationalError as error:
-                if connection.closed:  # broken, or closed by the server
-                    raise ConnectionDropped(
-                        f"the database closed the connection ({type(error).__name__})"
-                    ) from error
-                raise
+    async def _attempt(self, work: Callable[[Connection], Awaitable[T]], wait_s: float) -> T:
+        try:
+            async with self._pool.connection(wait_s) as connection:
+                return await self._holding(connection, work)
+        except PoolTimeout as error:  # only the wait for a connection raises it
+            if self._in_use >= self._limits.pool_size:
+                raise PoolBusy(f"every connection stayed in use for {wait_s:g}s") from error
+            raise  # the pool could not open the connections it lacks: the server is unreachable
+
+    async def _holding(self, connection: Connection, work: Callable[[Connection], Awaitable[T]]) -> T:
+        self._in_use += 1
+        try:
+            return await work(connection)
+        except psycopg.OperationalError as error:
+            if connection.closed:  # broken, or closed by the server
+                raise ConnectionDropped(
+                    f"the database closed the connection ({type(error).__name__})"
+                ) from error
+            raise
+        finally:
+            self._in_use -= 1
 
     async def _replace_idle_connections(self) -> None:
         """A dropped connection usually means the server restarted, which dropped its idle siblings too."""
@@ -165,7 +181,8 @@ class PostgresDatabase:
             # Concurrent `CREATE TABLE IF NOT EXISTS` can still collide in the catalog: serialise them.
             async with connection.transaction():
                 await connection.execute(
-                    "SELECT set_config('statement_timeout', %s, true)", (_milliseconds(MIGRATION_TIMEOUT_S),)
+                    "SELECT set_config('statement_timeout', %s, true)",
+                    (_statement_timeout(MIGRATION_TIMEOUT_S),),
                 )
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
                 for statement in statements:
@@ -183,11 +200,13 @@ def _connection_options(limits: DatabaseLimits) -> dict[str, Any]:
 
 
 async def _configure(limits: DatabaseLimits, connection: Connection) -> None:
-    """The server gives up on a statement the gateway gave up on, rather than run it for nobody."""
+    """The server gives up on a slow statement and says so before the gateway's deadline, which would take its
+    silence for an outage; and it does not run a statement for nobody."""
     await connection.execute(
-        "SELECT set_config('statement_timeout', %s, false)", (_milliseconds(limits.timeout_s),)
+        "SELECT set_config('statement_timeout', %s, false)", (_statement_timeout(limits.timeout_s),)
     )
 
 
-def _milliseconds(seconds: float) -> str:
-    return str(max(1, round(seconds * 1000)))
+def _statement_timeout(deadline_s: float) -> str:
+    """`statement_timeout` in milliseconds for calls bounded by `deadline_s`."""
+    return str(max(1, round(deadline_s * STATEMENT_SHARE * 1000)))

@@ -255,12 +255,15 @@ async def _response_store(db: Database, redis: SharedRedis | None) -> ResponseSt
 
 async def _budgets(
     db: Database, usage: UsageStore, meter: Meter, settings: Settings, alerts: BudgetAlerts
-) -> tuple[BudgetGuard, SharedHolds]:
-    """Budgets with reservations, published to the database so other gateways on it count them too."""
+) -> tuple[BudgetGuard, SharedHolds | None]:
+    """Budgets with reservations. On PostgreSQL, which several gateways may share, each publishes what it
+    reserves so the others count it too; a SQLite file serves one gateway, which needs no table for that."""
     reservations = Reservations()
-    holds = SharedHolds(db, reservations)
-    await holds.migrate()
-    holds.start()
+    holds = None
+    if db.dialect == "postgresql":
+        holds = SharedHolds(db, reservations)
+        await holds.migrate()
+        holds.start()
     guard = BudgetGuard(
         usage, meter, settings.daily_free_neurons, alerts, reservations=reservations, shared=holds
     )

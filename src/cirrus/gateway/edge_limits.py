@@ -7,6 +7,7 @@ counts, which are plain logic.
 """
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cirrus.config import Settings
@@ -23,6 +24,7 @@ class EdgeLimits:
     max_connections_per_client: int = 64
     retry_after_s: int = 1
     linger_s: float = 2.0
+    log_interval_s: float = 10.0  # refusals past the first are logged as one summary line per interval
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "EdgeLimits":
@@ -64,3 +66,30 @@ class ConnectionCounter:
     @staticmethod
     def _within(count: int, cap: int) -> bool:
         return cap <= 0 or count <= cap
+
+
+class RefusalTally:
+    """Which refusals to log, so that a flood of refused connections is a few log lines, not one per connection.
+
+    The first refusal is logged in full and opens a window; the ones after it are counted by status until the
+    caller takes a summary (once per `log_interval_s`). An empty summary closes the window, and the next refusal
+    is logged in full again."""
+
+    def __init__(self) -> None:
+        self._open = False
+        self._held: Counter[int] = Counter()
+
+    def refused(self, status: int) -> bool:
+        """Count a refusal; True when it is the first of a window, to be logged in full."""
+        if self._open:
+            self._held[status] += 1
+            return False
+        self._open = True
+        return True
+
+    def summary(self) -> Mapping[int, int]:
+        """The refusals held back since the last summary, by status; empty closes the window."""
+        held, self._held = self._held, Counter()
+        if not held:
+            self._open = False
+        return held

@@ -6,14 +6,22 @@ uvicorn's only timer (keep-alive) starts after a first response, so a connection
 sends nothing, is held forever. `limit_concurrency` answers a plain 503 without Retry-After, after reading the
 head, and has no notion of a client. So this subclass answers, as HTTP expects:
 
-- 431 once the head (request line and headers) passes `max_header_bytes` (checked per read, so at most one read,
-  256 KiB, is held past it), or has more than `max_headers` headers;
+- 431 once the head (request line and headers) passes `max_header_bytes` (counted per read while the head is
+  incomplete, so at most one read, 256 KiB, is held past it; a head that completes within a read that could have
+  taken it over is measured once, as its URL and header names and values), or has more than `max_headers` headers;
 - 408 when a head has not arrived whole within `header_timeout_s` of its start (or of the connection's);
 - 503 with Retry-After at once to a connection over the total or per-client cap, without reading its request.
 
 Each answer is plain text with `Connection: close`. The connection then lingers: it stops reading requests but
 keeps discarding what the client still sends for `linger_s`, so a client in the middle of sending its head reads
-the answer rather than a reset. Idle keep-alive connections are uvicorn's `timeout_keep_alive`.
+the answer rather than a reset. While an earlier response on the connection is unfinished there is no room for an
+answer (it would land inside that response), so the connection is closed instead. Idle keep-alive connections are
+uvicorn's `timeout_keep_alive`. The first refusal is logged, the rest as one summary line per `log_interval_s`,
+so a flood of connections is not a flood of log lines.
+
+A connection's slot is released when it closes, or before uvicorn hands it to another protocol (a WebSocket
+upgrade, whose `connection_lost` is not ours). `cirrus serve` runs with `ws="none"` (the API has no WebSocket
+routes), so an upgrade request is served as plain HTTP, and uvicorn's per-request warning about it is silenced.
 
 The fast path costs a few attribute checks per chunk and one timer per connection (armed at connect, cancelled
 when the first head is complete); a later head that arrives in one chunk arms none. The subclass overrides
@@ -22,11 +30,12 @@ catch a change.
 """
 
 import asyncio
+import logging
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from cirrus.gateway.edge_limits import ConnectionCounter, EdgeLimits
+from cirrus.gateway.edge_limits import ConnectionCounter, EdgeLimits, RefusalTally
 
 HEAD_TOO_LARGE = 431
 HEAD_TIMEOUT = 408
@@ -52,10 +61,13 @@ class EdgeProtocol(HttpToolsProtocol):
 
     limits: ClassVar[EdgeLimits]
     counter: ClassVar[ConnectionCounter]
+    refusals: ClassVar[RefusalTally]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._peer = ""
+        self._counted = False  # holds a slot in `counter`
+        self._chunk_bytes = 0  # the read being parsed
         self._in_head = True  # between a head's first byte (or the connection's start) and its end
         self._head_bytes = 0
         self._header_count = 0
@@ -67,6 +79,7 @@ class EdgeProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._peer = self.client[0] if self.client else ""
+        self._counted = True
         if not self.counter.open(self._peer):
             retry = str(self.limits.retry_after_s).encode("ascii")
             self._answer(OVER_CAPACITY, "Too many connections", [(b"retry-after", retry)])
@@ -74,15 +87,31 @@ class EdgeProtocol(HttpToolsProtocol):
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.counter.close(self._peer)
+        self._release()
         self._cancel_head_timer()
         super().connection_lost(exc)
+
+    def handle_websocket_upgrade(self) -> None:
+        """The connection passes to uvicorn's WebSocket protocol, and its end will not reach `connection_lost`."""
+        self._release()
+        self._cancel_head_timer()
+        super().handle_websocket_upgrade()
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """Quiet: an upgrade the server does not speak is served as plain HTTP, as HTTP allows; uvicorn's warning
+        (advising to install a WebSocket library) would be two log lines per request for any client."""
+
+    def _release(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.counter.close(self._peer)
 
     # Reading: the head's size is counted per chunk, since httptools holds a header until it is complete.
     def data_received(self, data: bytes) -> None:
         if self._answered:  # lingering: read and drop
             return
         counting = self._in_head
+        self._chunk_bytes = len(data)
         super().data_received(data)
         if counting and self._in_head and self._refusal is None:
             self._head_bytes += len(data)
@@ -110,8 +139,15 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._cancel_head_timer()
+        if self._refusal is None and self._head_bytes + self._chunk_bytes > self.limits.max_header_bytes:
+            self._measure_head()  # this read could have taken the head past the limit uncounted
         if self._refusal is None:
             super().on_headers_complete()
+
+    def _measure_head(self) -> None:
+        size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
+        if size > self.limits.max_header_bytes:
+            self._refusal = (HEAD_TOO_LARGE, "Request header fields too large")
 
     def on_body(self, body: bytes) -> None:
         if self._refusal is None:
@@ -134,9 +170,6 @@ class EdgeProtocol(HttpToolsProtocol):
         self._head_timer = None
         if self._answered or not self._in_head or self.transport.is_closing():
             return
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.transport.close()  # a response is on the wire: no room for a second one
-            return
         self._answer(HEAD_TIMEOUT, "Request header read timeout")
 
     # Answering, then lingering.
@@ -146,11 +179,37 @@ class EdgeProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         if self.transport.is_closing():  # uvicorn already answered (a 400 for a malformed request)
             return
-        self.logger.warning("%s - %d %s", self._peer, status, message)
+        self._log_refusal(status, message)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()  # a response is unfinished: an answer now would land inside it
+            return
         self.transport.write(edge_answer(status, message, extra))
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(self.limits.linger_s, self.transport.close)
+
+    def _log_refusal(self, status: int, message: str) -> None:
+        if self.refusals.refused(status):
+            interval = self.limits.log_interval_s
+            self.logger.warning(
+                "%s - %d %s (further edge refusals: one summary per %g s)",
+                self._peer,
+                status,
+                message,
+                interval,
+            )
+            self.loop.call_later(interval, _summarise, self.loop, self.logger, self.refusals, interval)
+
+
+def _summarise(
+    loop: asyncio.AbstractEventLoop, logger: logging.Logger, refusals: RefusalTally, interval_s: float
+) -> None:
+    """Log the refusals held back in the last interval, and keep summarising while they go on."""
+    held = refusals.summary()
+    if held:
+        counts = ", ".join(f"{status}: {count}" for status, count in sorted(held.items()))
+        logger.warning("edge refused %d more in the last %g s (%s)", sum(held.values()), interval_s, counts)
+        loop.call_later(interval_s, _summarise, loop, logger, refusals, interval_s)
 
 
 def edge_protocol(limits: EdgeLimits) -> type[EdgeProtocol]:
@@ -161,4 +220,5 @@ def edge_protocol(limits: EdgeLimits) -> type[EdgeProtocol]:
 
     BoundEdgeProtocol.limits = limits
     BoundEdgeProtocol.counter = ConnectionCounter(limits)
+    BoundEdgeProtocol.refusals = RefusalTally()
     return BoundEdgeProtocol

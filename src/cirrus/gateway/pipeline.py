@@ -25,13 +25,14 @@ from cirrus.catalog import ModelSpec
 from cirrus.errors import CirrusError, DailyAllocationExhausted, Forbidden, ModelForbidden, RateLimited
 from cirrus.gateway.answer import Answer, Ending, observed
 from cirrus.gateway.attempts import Answered, RetryPolicy, first_to_answer
+from cirrus.gateway.billing import added, processed, processed_by, usage_record
 from cirrus.gateway.call import Call
 from cirrus.gateway.components import GatewayParts
 from cirrus.gateway.inflight import InFlight
 from cirrus.gateway.output import filtered
-from cirrus.metering.estimate import Estimate, TokenEstimator
+from cirrus.metering.estimate import Estimate, TokenEstimator, prompt_chars
 from cirrus.metering.neurons import price
-from cirrus.metering.record import CacheStatus, UsageRecord
+from cirrus.metering.record import CacheStatus
 from cirrus.metering.reservations import Reservation, nothing_reserved
 from cirrus.runtime.events import Finished
 from cirrus.runtime.params import GenerationInput, Usage
@@ -143,7 +144,7 @@ class Pipeline:
     ) -> None:
         """Embeddings that ended without their vectors are metered with the tokens the worker read (final once
         the service returned or raised; 0 when the request never reached a worker)."""
-        usage, cost = _processed_by([(spec, progress)])
+        usage, cost = processed_by([(spec, progress)])
         self._record(call, spec, usage, status, code, "BYPASS", False, 0.0, cost)
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
@@ -157,7 +158,8 @@ class Pipeline:
 
     def _estimate(self, chain: list[ModelSpec], inputs: GenerationInput) -> Estimate:
         """The most the request may cost on any model of its chain (a fallback may cost more)."""
-        estimates = [self.estimator.generation(model, inputs) for model in chain]
+        chars = prompt_chars(inputs)
+        estimates = [self.estimator.generation(model, inputs, chars) for model in chain]
         return max(estimates, key=lambda estimate: estimate.cost_usd)
 
     def _left_s(self, call: Call) -> float:
@@ -228,7 +230,12 @@ class Pipeline:
         if leading and not shares and cache_entry is not None:
             self.inflight.abandon(cache_entry[0])
         try:
-            return self._answer(call, chain[answered.step], answered, cache_entry if shares else None)
+            earlier = tried[
+                :-1
+            ]  # attempts that failed to start may have read the prompt: billed with the answer
+            return self._answer(
+                call, chain[answered.step], answered, cache_entry if shares else None, earlier
+            )
         except BaseException:
             await answered.value.aclose()
             if shares and cache_entry is not None:
@@ -241,6 +248,7 @@ class Pipeline:
         model: ModelSpec,
         answered: Answered[Generation],
         cache_entry: tuple[str, float] | None,
+        earlier: list[tuple[ModelSpec, Progress]],
     ) -> Answer:
         """The answer of a started generation; `cache_entry` when it is to be stored and shared."""
         generation = answered.value
@@ -256,7 +264,10 @@ class Pipeline:
                 self._settle_cache(call, model, cache_entry, finished, text)
 
         def bill(usage: Usage, finished: Finished | None, error: CirrusError | None, text: str) -> None:
-            self._ended(call, model, generation, usage, finished, error, answered.step, answered.attempts)
+            before = processed_by(earlier)
+            self._ended(
+                call, model, generation, usage, before, finished, error, answered.step, answered.attempts
+            )
 
         ending = Ending(on_end, bill)
         call.billed_later = True  # if it ends early: see `_close_then_bill`
@@ -272,21 +283,22 @@ class Pipeline:
     ) -> None:
         """No answer started, but the workers may have read the prompt (a time limit before the first token,
         a crash mid-prompt, a client that left): meter what they processed, on the last model tried."""
-        usage, cost = _processed_by(tried)
+        usage, cost = processed_by(tried)
         spec = tried[-1][0]
         self._record(call, spec, usage, status, code, "BYPASS", False, 0.0, cost, attempts=len(tried))
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
     async def _close_then_bill(self, call: Call, generation: Generation, ending: Ending) -> None:
         """In a task of its own: a client that left cancels whoever awaits the close (a streaming response is
-        cancelled again at every await), and the usage must still be metered once the worker stopped."""
+        cancelled again at every await), and the usage must still be metered once the worker stopped. The close
+        waits at most `service.SETTLE_WAIT_S` for a worker's confirmation, so a hung worker delays nothing more."""
         await asyncio.shield(self._spawn(self._closed(call, generation, ending)))
 
     async def _closed(self, call: Call, generation: Generation, ending: Ending) -> None:
         try:
             await generation.aclose()
         finally:
-            ending.closed(lambda: _processed(call, generation))
+            ending.closed(lambda: processed(call, generation))
 
     def _replayed(self, call: Call, spec: ModelSpec, cached: CachedAnswer) -> Answer:
         call.release_reservation()  # an answer from the cache costs nothing
@@ -307,17 +319,22 @@ class Pipeline:
         spec: ModelSpec,
         generation: Generation,
         usage: Usage,
+        before: tuple[Usage, tuple[float, float]],
         finished: Finished | None,
         error: CirrusError | None,
         step: int,
         attempts: int,
     ) -> None:
         """Meter an answer, finished or not: an early end (499 the client left, 408 the time limit, 502 a crash)
-        with the tokens the worker processed and generated, which count against limits and budgets too."""
+        with the tokens the worker processed and generated, which count against limits and budgets too; plus
+        `before`, what earlier attempts that failed to start processed, at their own models' prices."""
         status, code = (200, None) if error is None else (error.status, error.code)
         if finished is None and error is None:
             status = 499  # the client left before the answer ended
-        cost = price(spec, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+        own = price(spec, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+        earlier_usage, earlier_cost = before
+        usage = added(usage, earlier_usage)
+        cost = (own[0] + earlier_cost[0], own[1] + earlier_cost[1])
         cache_status: CacheStatus = (
             "BYPASS" if call.response_headers.get("cf-aig-cache-status") == "BYPASS" else "MISS"
         )
@@ -375,28 +392,8 @@ class Pipeline:
         step: int = 0,
         attempts: int = 1,
     ) -> None:
-        principal = call.principal
-        record = UsageRecord(
-            request_id=call.request_id,
-            account_id=principal.account_id,
-            token_id=principal.token_id,
-            model=spec.id,
-            status=status,
-            error_code=code,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            cached_tokens=usage.cached_tokens,
-            queue_s=queue_s,
-            cold_start=cold_start,
-            execution_s=call.elapsed_s(),
-            neurons=cost[1],
-            cost_usd=cost[0],
-            cache_status=cache_status,
-            started_at=call.started_at,
-            route=call.protocol.value,
-            stream=call.stream,
-            step=step,
-            attempts=attempts,
+        record = usage_record(
+            call, spec, usage, status, code, cache_status, cold_start, queue_s, cost, step, attempts
         )
         self.parts.meter.record(record)
         call.release_reservation()  # in the same step: the meter's pending usage takes over from the estimate
@@ -412,26 +409,3 @@ class Pipeline:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
-
-
-def _processed_by(tried: list[tuple[ModelSpec, Progress]]) -> tuple[Usage, tuple[float, float]]:
-    """The tokens the attempts processed, and their cost, each at its own model's price."""
-    prompt = completion = cached = 0
-    usd = neurons = 0.0
-    for spec, progress in tried:
-        usage = progress.usage()
-        prompt, completion = prompt + usage.prompt_tokens, completion + usage.completion_tokens
-        cached += usage.cached_tokens
-        cost = price(spec, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
-        usd, neurons = usd + cost[0], neurons + cost[1]
-    return Usage(prompt, completion, cached), (usd, neurons)
-
-
-def _processed(call: Call, generation: Generation) -> Usage:
-    """What the worker processed for a generation that ended early (valid once it is closed). Never raises, as a
-    meter must not break an answer: when it cannot be told, 0 tokens are metered and that is logged."""
-    try:
-        return generation.processed_usage()
-    except Exception:
-        log.exception("could not tell what request %s processed; metering it as 0 tokens", call.request_id)
-        return Usage(0, 0)

@@ -81,11 +81,26 @@ class BudgetGuard:
         return self.reservations.hold(neurons_key, spend_key, estimate)
 
     async def _used_now(self, neurons_key: Key, spend_key: Key | None) -> tuple[float, float]:
-        """Both totals; read together only when both are needed (tasks cost more than a cached total)."""
-        neurons = self._used("neurons", neurons_key, self._meter.neurons, self._store.neurons_today)
+        """Both totals, stored plus pending. The pending parts are read after both stored reads, in the step
+        that checks and holds: a request metered while either read was awaited is then in one or the other."""
+        for _ in range(REREADS):
+            versions = self._versions(neurons_key, spend_key)
+            neurons, spend = await self._stored_now(neurons_key, spend_key)
+            if self._versions(neurons_key, spend_key) == versions:
+                break
+        pending_spend = 0.0 if spend_key is None else self._meter.spend.pending(spend_key)
+        return neurons + self._meter.neurons.pending(neurons_key), spend + pending_spend
+
+    def _versions(self, neurons_key: Key, spend_key: Key | None) -> tuple[int, int]:
+        spend = -1 if spend_key is None else self._meter.spend.version(spend_key)
+        return self._meter.neurons.version(neurons_key), spend
+
+    async def _stored_now(self, neurons_key: Key, spend_key: Key | None) -> tuple[float, float]:
+        """Read together only when both are needed (tasks cost more than a cached total)."""
+        neurons = self._stored("neurons", neurons_key, self._meter.neurons, self._store.neurons_today)
         if spend_key is None:
             return await neurons, 0.0
-        spend = self._used("spend", spend_key, self._meter.spend, self._store.spend_this_month)
+        spend = self._stored("spend", spend_key, self._meter.spend, self._store.spend_this_month)
         both = await asyncio.gather(neurons, spend)
         return both[0], both[1]
 
@@ -102,6 +117,19 @@ class BudgetGuard:
     ) -> float:
         """Read again when the meter wrote to this key during the read: a batch it wrote and settled meanwhile
         would otherwise be neither in the total read nor still pending."""
+        stored = 0.0
+        for _ in range(REREADS):
+            version = ledger.version(key)
+            stored = await self._stored(what, key, ledger, read)
+            if ledger.version(key) == version:
+                break
+        return stored + ledger.pending(key)
+
+    async def _stored(
+        self, what: str, key: Key, ledger: Ledger, read: Callable[[str, str], Awaitable[float]]
+    ) -> float:
+        """The stored total (cached while the meter has not written to this key), plus, with `shared`, what
+        the other gateways hold."""
         subject, period = key
 
         async def stored_and_held_elsewhere() -> float:
@@ -112,13 +140,7 @@ class BudgetGuard:
             )
             return stored + elsewhere
 
-        stored = 0.0
-        for _ in range(REREADS):
-            version = ledger.version(key)
-            stored = await self._totals.get((what, subject, period), version, stored_and_held_elsewhere)
-            if ledger.version(key) == version:
-                break
-        return stored + ledger.pending(key)
+        return await self._totals.get((what, subject, period), ledger.version(key), stored_and_held_elsewhere)
 
     def _check_daily(
         self, account_id: str, plan: str, allocation: float, used: float, key: Key, now: float

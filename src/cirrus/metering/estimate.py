@@ -36,9 +36,11 @@ class TokenEstimator:
     def tokens(self, chars: int) -> int:
         return math.ceil(chars / self.chars_per_token) + self.overhead_tokens
 
-    def generation(self, spec: ModelSpec, inputs: GenerationInput) -> Estimate:
-        """The prompt's estimated tokens and `max_tokens`, each capped by the context window, at `spec`'s price."""
-        prompt = min(self.tokens(prompt_chars(inputs)), spec.context_window)
+    def generation(self, spec: ModelSpec, inputs: GenerationInput, chars: int | None = None) -> Estimate:
+        """The prompt's estimated tokens and `max_tokens`, each capped by the context window, at `spec`'s price;
+        `chars` when the caller already counted the prompt (it is the same for every model of a chain)."""
+        counted = prompt_chars(inputs) if chars is None else chars
+        prompt = min(self.tokens(counted), spec.context_window)
         completion = min(inputs.sampling.max_tokens, spec.context_window)
         return Estimate(*price(spec, prompt, completion, 0))
 

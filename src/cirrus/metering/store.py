@@ -85,9 +85,12 @@ class UsageStore:
         await self._db.migrate(usage_schema(self._db.dialect))
 
     async def write(self, records: Sequence[UsageRecord]) -> None:
-        """One transaction; the daily totals follow by trigger, and records already stored are skipped."""
+        """One transaction; the daily totals follow by trigger, and records already stored are skipped. Records
+        go in the order of the daily rows they add to, so gateways writing at once lock those rows in the same
+        order and never deadlock."""
         if records:
-            await self._db.execute_many(INSERT_EVENT, [event_row(r) for r in records])
+            ordered = sorted(records, key=lambda r: (r.account_id, r.token_id or "", r.model, r.started_at))
+            await self._db.execute_many(INSERT_EVENT, [event_row(r) for r in ordered])
 
     async def neurons_today(self, account_id: str, day: str) -> float:
         row = await self._db.fetch_one(

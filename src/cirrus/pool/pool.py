@@ -150,7 +150,14 @@ class Pool:
 
     def watch(self) -> None:
         """One watchdog tick over the ready instances: a worker judged hung is killed (its exit removes the
-        instance, fails its requests with WorkerCrashed and wakes the queue); the others get their next ping."""
+        instance, fails its requests with WorkerCrashed and wakes the queue); the others get their next ping.
+        Then the queue is woken if a request waits for a model that has room: a late worker that answers again
+        takes no other path through the pool, and an idle one would otherwise leave its waiters to their 408."""
+        self._tick_workers()
+        if any(i.has_room and self.waiting(i.spec.id) > 0 for i in self._instances):
+            self._spawn_notify()
+
+    def _tick_workers(self) -> None:
         for instance in list(self._instances):
             worker = instance.worker
             if worker is None or instance.state is not InstanceState.READY:

@@ -4,6 +4,7 @@ kill it, and watch that it still answers."""
 import asyncio
 import contextlib
 import contextvars
+import itertools
 import logging
 import os
 import signal
@@ -81,8 +82,13 @@ def _worker_error(frame: Frame) -> CirrusError:
 
 @dataclass(eq=False)
 class _Stream:
-    """One request's frames from the worker, and what they told so far."""
+    """One request's frames from the worker, and what they told so far.
 
+    `wire_id` names it to the worker: unique per worker, so two requests that share a caller's request id (any
+    client may reuse one, on purpose or not) never share a stream, nor one's cancel stop the other. It begins
+    with the caller's id, which the worker's logs then show; `request_id` is that id, for the server's."""
+
+    wire_id: str
     request_id: str
     progress: Progress
     queue: "asyncio.Queue[Frame | CirrusError]" = field(default_factory=asyncio.Queue)
@@ -104,8 +110,9 @@ class WorkerProcess:
     def __init__(self, proc: asyncio.subprocess.Process, transport: Transport) -> None:
         self._proc = proc
         self._transport = transport
-        self._streams: dict[str, _Stream] = {}
-        self._cancels: dict[str, asyncio.Task[None]] = {}
+        self._streams: dict[str, _Stream] = {}  # by wire id
+        self._wire_ids = itertools.count(1)
+        self._cancels: dict[_Stream, asyncio.Task[None]] = {}
         self._exit_callbacks: list[Callable[[], None]] = []
         self._dead = False
         self._reader: asyncio.Task[None] | None = None
@@ -195,7 +202,9 @@ class WorkerProcess:
         return {"process_s": self.process_s, "load_s": self.info.load_s if self.info else 0.0}
 
     async def load(self, options: LoadOptions, timeout_s: float) -> None:
-        """Load the model; on any failure the process is killed and WorkerStartFailed raised."""
+        """Load the model; on any failure the process is killed and WorkerStartFailed raised. Cancelled (the
+        request that started it reached its deadline, or its client left), the process is killed too, and the
+        cancel goes on: a half-loaded model left running would hold memory the pool counts as free."""
         try:
             async with asyncio.timeout(timeout_s):
                 self.info = await self._load(options)
@@ -206,6 +215,9 @@ class WorkerProcess:
             raise WorkerStartFailed(
                 f"the worker for {Path(options.path).name} did not start: {exc!r}"
             ) from exc
+        except BaseException:
+            await asyncio.shield(self.kill())
+            raise
         # A fresh context: the reader outlives the request that started the worker, so it must not log as it.
         self._reader = asyncio.create_task(
             self._read_frames(), name=f"worker-{self.pid}-reader", context=contextvars.Context()
@@ -281,7 +293,7 @@ class WorkerProcess:
         stream = self._open_stream(request_id, deadline, progress)
         try:
             await self._send_request(
-                stream, {"type": "generate", "id": request_id, "input": inputs.to_frame()}
+                stream, {"type": "generate", "id": stream.wire_id, "input": inputs.to_frame()}, deadline
             )
             while True:
                 event = self._event(await stream.queue.get())
@@ -313,7 +325,9 @@ class WorkerProcess:
         """One request's embeddings. Leaving early (cancel, deadline) cancels it in the worker if not started."""
         stream = self._open_stream(request_id, deadline, progress)
         try:
-            await self._send_request(stream, {"type": "embed", "id": request_id, "input": inputs.to_frame()})
+            await self._send_request(
+                stream, {"type": "embed", "id": stream.wire_id, "input": inputs.to_frame()}, deadline
+            )
             return _embeddings(await stream.queue.get())
         finally:
             self._close_stream(stream)
@@ -322,14 +336,23 @@ class WorkerProcess:
         """Where the reader delivers this request's frames, and one timer for its deadline."""
         if not self.alive:
             raise WorkerCrashed("the model's worker process is not running")
-        stream = _Stream(request_id, progress if progress is not None else Progress())
-        self._streams[request_id] = stream
+        wire_id = f"{request_id}#{next(self._wire_ids)}"
+        stream = _Stream(wire_id, request_id, progress if progress is not None else Progress())
+        self._streams[wire_id] = stream
         if deadline is not None:
             stream.timer = asyncio.get_running_loop().call_at(deadline, self._expire, stream)
         return stream
 
-    async def _send_request(self, stream: _Stream, frame: Frame) -> None:
-        await self._send(frame)
+    async def _send_request(self, stream: _Stream, frame: Frame, deadline: float | None) -> None:
+        """Write the request, waiting no longer than its deadline: a stopped worker's full socket buffer would
+        otherwise hold the caller until the heartbeat watchdog killed the worker. Past it the caller gets its
+        408 and the stream stays unsettled, so closing it sends the cancel (and kills a worker that takes
+        neither within the cancel grace)."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._send(frame)
+        except TimeoutError:
+            raise _timed_out() from None
         stream.progress.sent = True
 
     def _expire(self, stream: _Stream) -> None:
@@ -348,29 +371,26 @@ class WorkerProcess:
             self._abandon(stream)
 
     def _forget(self, stream: _Stream) -> None:
-        if self._streams.get(stream.request_id) is stream:
-            del self._streams[stream.request_id]
+        if self._streams.get(stream.wire_id) is stream:
+            del self._streams[stream.wire_id]
 
     # -- cancelling -------------------------------------------------------------------------------------------
 
     def _abandon(self, stream: _Stream) -> None:
-        if stream.ended.is_set() or stream.request_id in self._cancels:
+        if stream.ended.is_set() or stream in self._cancels:
             return
         task = asyncio.get_running_loop().create_task(self._cancel_and_settle(stream))
-        self._cancels[stream.request_id] = task
-        task.add_done_callback(lambda done: self._cancel_done(stream.request_id, done))
-
-    def _cancel_done(self, request_id: str, task: asyncio.Task[None]) -> None:
-        if self._cancels.get(request_id) is task:
-            del self._cancels[request_id]
+        self._cancels[stream] = task
+        task.add_done_callback(lambda _: self._cancels.pop(stream, None))
 
     async def _cancel_and_settle(self, stream: _Stream) -> None:
         """Tell the worker to stop; it confirms within one engine step (its `finished` frame then carries the
         real token counts). A worker that does not confirm within the grace period is killed, and the pool
-        replaces it."""
+        replaces it; the grace covers writing the cancel too, which a stopped worker's full socket buffer
+        would hold up."""
         try:
-            await self._send({"type": "cancel", "id": stream.request_id})
             async with asyncio.timeout(self.cancel_grace_s):
+                await self._send({"type": "cancel", "id": stream.wire_id})
                 await stream.ended.wait()
         except TimeoutError:
             log.warning(
@@ -386,11 +406,13 @@ class WorkerProcess:
             self._forget(stream)
 
     async def settled(self, request_id: str | None = None) -> None:
-        """Wait until a cancelled request (or, without an id, every one) has been confirmed stopped, or the
-        worker killed. Being cancelled while waiting leaves the cancel running."""
-        tasks = [self._cancels[request_id]] if request_id in self._cancels else []
-        if request_id is None:
-            tasks = list(self._cancels.values())
+        """Wait until a cancelled request (every stream with that caller's id; without an id, every one) has
+        been confirmed stopped, or the worker killed. Being cancelled while waiting leaves the cancel running."""
+        tasks = [
+            task
+            for stream, task in self._cancels.items()
+            if request_id is None or stream.request_id == request_id
+        ]
         if tasks:
             await asyncio.wait(tasks)
 

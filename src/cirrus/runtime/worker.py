@@ -54,7 +54,9 @@ class Worker:
         self._open: set[str] = set()
         self._lock = threading.Lock()
         self._threads: int | None = None
-        self._steps = 0  # engine steps completed; written by the main thread, read by the reader thread
+        # Engine steps completed (for embeddings, batches encoded: one step is a whole request); written by the
+        # main thread, read by the reader thread.
+        self._steps = 0
 
     def serve(self) -> None:
         engine = self._load()
@@ -66,7 +68,10 @@ class Worker:
             if threads is not None:
                 engine.set_threads(threads)
             engine.step()
-            self._steps += 1
+            self._count_step()
+
+    def _count_step(self) -> None:
+        self._steps += 1
 
     def _take_frames(self, engine: Engine, block: bool) -> bool:
         """Hand new requests to the scheduler. False once told to shut down."""
@@ -118,7 +123,7 @@ class Worker:
         )
         model = LlamaModel(str(options["path"]), shape)
         max_tokens = min(context, model.trained_context, model.batch_tokens)
-        engine = EmbeddingEngine(model, max_tokens, self._send, self._is_cancelled)
+        engine = EmbeddingEngine(model, max_tokens, self._send, self._is_cancelled, self._count_step)
         self._channel.send(
             {
                 "type": "ready",
