@@ -238,5 +238,9 @@ async def _embed_on(
 async def _settle_and_release(lease: Lease, request_id: str, keep_alive_s: float | None) -> None:
     """Release once a cancelled request has stopped in the worker, so the next lease finds its slot free; but
     wait for that at most SETTLE_WAIT_S, so a hung worker never holds up the caller's answer (its slot stays
-    taken until the worker confirms or is killed)."""
+    taken until the worker confirms or is killed). A request that finished, the usual case, is released at once:
+    no task, no timer."""
+    if lease.settled_now(request_id):
+        lease.release(keep_alive_s)
+        return
     await asyncio.wait({lease.release_when_settled(request_id, keep_alive_s)}, timeout=SETTLE_WAIT_S)

@@ -80,6 +80,9 @@ class FakeWorker:
     async def settled(self, request_id: str | None = None) -> None:
         return None
 
+    def cancelling(self, request_id: str) -> bool:
+        return False
+
     def set_threads(self, threads: int) -> None:
         self.threads.append(threads)
 

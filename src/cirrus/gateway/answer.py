@@ -101,6 +101,11 @@ class Ending:
             if finished is not None:
                 self._bill_once(finished.usage, finished)
 
+    @property
+    def billed(self) -> bool:
+        """Billed already: the answer finished (an early end is billed once its generation closed)."""
+        return self._billed
+
     def closed(self, processed: Callable[[], Usage]) -> None:
         if not self._seen:
             self.ended(None, None, "")

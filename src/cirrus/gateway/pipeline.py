@@ -291,7 +291,11 @@ class Pipeline:
     async def _close_then_bill(self, call: Call, generation: Generation, ending: Ending) -> None:
         """In a task of its own: a client that left cancels whoever awaits the close (a streaming response is
         cancelled again at every await), and the usage must still be metered once the worker stopped. The close
-        waits at most `service.SETTLE_WAIT_S` for a worker's confirmation, so a hung worker delays nothing more."""
+        waits at most `service.SETTLE_WAIT_S` for a worker's confirmation, so a hung worker delays nothing more.
+        An answer that finished was billed already, and its close (shielded itself) is all that is left."""
+        if ending.billed:
+            await generation.aclose()
+            return
         await asyncio.shield(self._spawn(self._closed(call, generation, ending)))
 
     async def _closed(self, call: Call, generation: Generation, ending: Ending) -> None:

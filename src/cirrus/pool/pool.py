@@ -50,6 +50,10 @@ class Lease:
     def release(self, keep_alive_s: float | None = None) -> None:
         self._pool._release(self.instance, keep_alive_s)
 
+    def settled_now(self, request_id: str) -> bool:
+        """No cancel of this request is waiting for the worker: the slot can be released at once."""
+        return not self.worker.cancelling(request_id)
+
     def release_when_settled(
         self, request_id: str, keep_alive_s: float | None = None
     ) -> "asyncio.Task[None]":

@@ -405,6 +405,9 @@ class WorkerProcess:
         finally:
             self._forget(stream)
 
+    def cancelling(self, request_id: str) -> bool:
+        return any(stream.request_id == request_id for stream in self._cancels)
+
     async def settled(self, request_id: str | None = None) -> None:
         """Wait until a cancelled request (every stream with that caller's id; without an id, every one) has
         been confirmed stopped, or the worker killed. Being cancelled while waiting leaves the cancel running."""
