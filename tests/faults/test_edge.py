@@ -252,3 +252,15 @@ def test_refused_connections_do_not_flood_the_log(server: Server) -> None:
             with connect(server, client) as extra:
                 assert status_of(read_until_closed(extra, MARGIN_S)) == 503
     assert server.log().count("Too many connections") - logged_before <= 2  # the first, then a summary
+
+
+def test_malformed_requests_do_not_flood_the_log(server: Server) -> None:
+    uvicorn_lines = server.log().count("Invalid HTTP request received.")
+    ours = server.log().count("Invalid HTTP request ")
+    for _ in range(20):
+        with connect(server) as sock:
+            send_quietly(sock, b"GGG /\x00 nonsense\r\n\r\n")
+            assert status_of(read_until_closed(sock, MARGIN_S)) == 400
+    assert server.log().count("Invalid HTTP request received.") == uvicorn_lines
+    assert server.log().count("Invalid HTTP request ") - ours <= 1  # the first, then a summary of the rest
+    assert_normal_service(server)

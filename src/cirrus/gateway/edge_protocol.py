@@ -31,6 +31,7 @@ catch a change.
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -40,6 +41,7 @@ from cirrus.gateway.edge_limits import ConnectionCounter, EdgeLimits, RefusalTal
 HEAD_TOO_LARGE = 431
 HEAD_TIMEOUT = 408
 OVER_CAPACITY = 503
+UVICORN_MALFORMED = "Invalid HTTP request received."  # what httptools_impl logs for a parser error
 
 
 def edge_answer(status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None) -> bytes:
@@ -74,6 +76,9 @@ class EdgeProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None  # decided while parsing, answered after the chunk
         self._answered = False
+        self._edge_log = self.logger
+        # uvicorn logs each malformed request itself: counted with the other refusals instead.
+        self.logger = _ParserErrorsCounted(self.logger, self._malformed)  # type: ignore[assignment]
 
     # Connections: counted, and refused at once over a cap.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -188,17 +193,39 @@ class EdgeProtocol(HttpToolsProtocol):
             self.transport.write_eof()
         self.loop.call_later(self.limits.linger_s, self.transport.close)
 
+    def _malformed(self) -> None:
+        self._log_refusal(400, "Invalid HTTP request")
+
     def _log_refusal(self, status: int, message: str) -> None:
         if self.refusals.refused(status):
             interval = self.limits.log_interval_s
-            self.logger.warning(
+            self._edge_log.warning(
                 "%s - %d %s (further edge refusals: one summary per %g s)",
                 self._peer,
                 status,
                 message,
                 interval,
             )
-            self.loop.call_later(interval, _summarise, self.loop, self.logger, self.refusals, interval)
+            self.loop.call_later(interval, _summarise, self.loop, self._edge_log, self.refusals, interval)
+
+
+class _ParserErrorsCounted(logging.LoggerAdapter[logging.Logger]):
+    """uvicorn's logger for one connection, less its line per malformed request (a flood of those would flood
+    the log): that line is counted with the edge's refusals, everything else passes through."""
+
+    def __init__(self, logger: logging.Logger, on_malformed: Callable[[], None]) -> None:
+        super().__init__(logger, {})
+        self._on_malformed = on_malformed
+
+    @property
+    def level(self) -> int:  # read by uvicorn on every connection
+        return self.logger.level
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if msg == UVICORN_MALFORMED:
+            self._on_malformed()
+            return
+        super().log(level, msg, *args, **kwargs)
 
 
 def _summarise(
