@@ -106,7 +106,7 @@ class Generation:
             await self._events.aclose()  # type: ignore[attr-defined]
         except Exception:  # closing only cancels in the worker; a failure there is the worker's exit path's
             log.debug("closing the events of %s failed", self._request_id, exc_info=True)
-        await _settle_and_release(self.lease, self._request_id, self._keep_alive_s)
+        await _settle_and_release(self.lease, self._progress.wire_id, self._keep_alive_s)
 
     async def collect(self) -> Completion:
         return await collect(self, self.cold_start, self.lease.queue_s)
@@ -215,7 +215,7 @@ class InferenceService:
                 log.warning("the worker for %s was gone when the request was sent; trying another", spec.id)
                 continue
             finally:
-                await asyncio.shield(_settle_and_release(lease, request.request_id, request.keep_alive_s))
+                await asyncio.shield(_settle_and_release(lease, progress.wire_id, request.keep_alive_s))
             if lease.cold_start:
                 lease.instance.first_token_s = asyncio.get_running_loop().time() - started
             usage = Usage(embeddings.prompt_tokens, 0)
@@ -235,12 +235,12 @@ async def _embed_on(
     return await worker.embed(request.request_id, request.inputs, deadline, progress)
 
 
-async def _settle_and_release(lease: Lease, request_id: str, keep_alive_s: float | None) -> None:
+async def _settle_and_release(lease: Lease, stream_id: str, keep_alive_s: float | None) -> None:
     """Release once a cancelled request has stopped in the worker, so the next lease finds its slot free; but
     wait for that at most SETTLE_WAIT_S, so a hung worker never holds up the caller's answer (its slot stays
     taken until the worker confirms or is killed). A request that finished, the usual case, is released at once:
     no task, no timer."""
-    if lease.settled_now(request_id):
+    if lease.settled_now(stream_id):
         lease.release(keep_alive_s)
         return
-    await asyncio.wait({lease.release_when_settled(request_id, keep_alive_s)}, timeout=SETTLE_WAIT_S)
+    await asyncio.wait({lease.release_when_settled(stream_id, keep_alive_s)}, timeout=SETTLE_WAIT_S)

@@ -77,10 +77,10 @@ class FakeWorker:
         yield TextDelta("hi")
         yield Finished("stop", Usage(1, 1))
 
-    async def settled(self, request_id: str | None = None) -> None:
+    async def settled(self, stream_id: str | None = None) -> None:
         return None
 
-    def cancelling(self, request_id: str) -> bool:
+    def cancelling(self, stream_id: str) -> bool:
         return False
 
     def set_threads(self, threads: int) -> None:

@@ -257,6 +257,9 @@ async def test_a_probe_that_finds_the_server_busy_closes_the_breaker(postgres_ds
         (psycopg.errors.SerializationFailure(), Verdict.BUSY),
         (psycopg.errors.LockNotAvailable(), Verdict.BUSY),
         (psycopg.errors.DiskFull(), Verdict.BUSY),
+        (psycopg.errors.DatabaseDropped(), Verdict.OUTAGE),
+        (psycopg.errors.IoError(), Verdict.BUSY),  # any other failure the server reported: 503, not a 500
+        (psycopg.errors.ObjectNotInPrerequisiteState(), Verdict.BUSY),
         (PoolBusy("every connection in use"), Verdict.NOT_REACHED),
         (psycopg.errors.UndefinedTable(), Verdict.CALLER),
         (psycopg.errors.UniqueViolation(), Verdict.CALLER),

@@ -340,7 +340,7 @@ async def test_release_when_settled_waits_for_the_worker_to_confirm() -> None:
     confirmed = asyncio.Event()
     worker = launcher.launched[0][1]
 
-    async def settled(request_id: str | None = None) -> None:
+    async def settled(stream_id: str | None = None) -> None:
         await confirmed.wait()
 
     worker.settled = settled  # type: ignore[method-assign]

@@ -42,7 +42,7 @@ async def test_the_deadline_raises_408_and_the_worker_confirms_the_cancel_with_i
     with pytest.raises(RequestTimeout):
         async for event in worker.generate("r1", INPUTS, soon(0.1), progress):
             seen.append(event)
-    await asyncio.wait_for(worker.settled("r1"), 2)
+    await asyncio.wait_for(worker.settled(), 2)
     assert "cancel" in transport.sent_types()
     assert progress.final is not None, "the cancel's confirmation carries the real count"
     assert 1 <= progress.final.completion_tokens < 1000
@@ -70,7 +70,7 @@ async def test_a_worker_that_does_not_confirm_the_cancel_is_killed_and_its_exit_
     with pytest.raises(RequestTimeout):
         async for _ in worker.generate("r1", INPUTS, soon(0.05)):
             pass
-    await asyncio.wait_for(worker.settled("r1"), 2)
+    await asyncio.wait_for(worker.settled(), 2)
     assert process.signals == [signal.SIGKILL]
     assert not worker.alive and exits == [True]
 
@@ -96,7 +96,7 @@ async def test_a_client_that_leaves_is_billed_what_the_worker_confirmed() -> Non
         if isinstance(event, TextDelta) and event.text == "t2 ":
             break
     await stream.aclose()  # type: ignore[attr-defined]
-    await asyncio.wait_for(worker.settled("r1"), 2)
+    await asyncio.wait_for(worker.settled(), 2)
     assert transport.sent_types().count("cancel") == 1
     assert progress.final is not None and progress.final.completion_tokens >= 2
     assert progress.usage().prompt_tokens == PROMPT_TOKENS
@@ -166,7 +166,7 @@ async def test_embeddings_past_the_deadline_still_count_what_the_worker_read() -
     progress = Progress()
     with pytest.raises(RequestTimeout):
         await worker.embed("e1", EmbeddingInput(("a text",)), soon(0.05), progress)
-    await asyncio.wait_for(worker.settled("e1"), 2)
+    await asyncio.wait_for(worker.settled(), 2)
     assert "cancel" in transport.sent_types()
     assert progress.usage() == Usage(7, 0)
 
@@ -182,7 +182,7 @@ async def test_a_request_that_cannot_be_written_still_gets_its_408_and_the_worke
     progress = Progress()
     with pytest.raises(RequestTimeout):
         await asyncio.wait_for(drain(worker.generate("r1", INPUTS, soon(0.1), progress)), 2)
-    await asyncio.wait_for(worker.settled("r1"), 2)
+    await asyncio.wait_for(worker.settled(), 2)
     assert process.signals == [signal.SIGKILL], (
         "its cancel could not be written either: killed after the grace"
     )
@@ -198,7 +198,7 @@ async def test_a_cancel_that_cannot_be_written_counts_against_the_grace() -> Non
     with pytest.raises(RequestTimeout):
         while True:
             await asyncio.wait_for(anext(events), 2)
-    await asyncio.wait_for(worker.settled("r1"), 2)
+    await asyncio.wait_for(worker.settled(), 2)
     assert process.signals == [signal.SIGKILL] and not worker.alive
 
 
@@ -223,7 +223,7 @@ async def test_a_client_reusing_another_requests_id_cannot_get_the_worker_killed
     other = asyncio.create_task(drain(worker.generate("same", INPUTS, soon(5))))
     with pytest.raises(RequestTimeout):
         await drain(worker.generate("same", INPUTS, soon(0.05)))
-    await asyncio.wait_for(worker.settled("same"), 2)
+    await asyncio.wait_for(worker.settled(), 2)
     events = await asyncio.wait_for(other, 2)
     assert isinstance(events[-1], Finished) and events[-1].finish_reason == "length"
     assert worker.alive and process.signals == []
@@ -237,3 +237,18 @@ async def test_a_cold_start_cancelled_while_loading_kills_the_half_loaded_proces
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(loading, 2)
     assert process.signals == [signal.SIGKILL] and not worker.alive
+
+
+async def test_a_cancel_pending_on_one_stream_does_not_hold_another_with_the_same_caller_id() -> None:
+    worker, _, process = await loaded_worker(Script(tokens=20, step_s=0.01))
+    worker.cancel_grace_s = 0.2
+    mine, theirs = Progress(), Progress()
+    other = asyncio.create_task(drain(worker.generate("same", INPUTS, soon(5), theirs)))
+    with pytest.raises(RequestTimeout):
+        await drain(worker.generate("same", INPUTS, soon(0.05), mine))
+    assert mine.wire_id and theirs.wire_id and mine.wire_id != theirs.wire_id
+    assert worker.cancelling(mine.wire_id)  # its confirmation comes at the worker's next step
+    assert not worker.cancelling(theirs.wire_id)
+    await asyncio.wait_for(worker.settled(mine.wire_id), 2)
+    await asyncio.wait_for(other, 2)
+    assert worker.alive and process.signals == []

@@ -121,9 +121,11 @@ class PostgresDatabase:
             async with self._pool.connection(wait_s) as connection:
                 return await self._holding(connection, work)
         except PoolTimeout as error:  # only the wait for a connection raises it
-            if self._in_use >= self._limits.pool_size:
-                raise PoolBusy(f"every connection stayed in use for {wait_s:g}s") from error
-            raise  # the pool could not open the connections it lacks: the server is unreachable
+            if (
+                self._in_use > 0
+            ):  # calls are being served: the pool is full, or still growing towards its size
+                raise PoolBusy(f"no connection was free within {wait_s:g}s") from error
+            raise  # not one connection could be had: the server is unreachable
 
     async def _holding(self, connection: Connection, work: Callable[[Connection], Awaitable[T]]) -> T:
         self._in_use += 1

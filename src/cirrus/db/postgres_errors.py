@@ -22,6 +22,7 @@ _GONE = frozenset(
         "57P01",  # admin_shutdown
         "57P02",  # crash_shutdown
         "57P03",  # cannot_connect_now
+        "57P04",  # database_dropped
         "53300",  # too_many_connections
     }
 )
@@ -55,4 +56,6 @@ def classify(error: BaseException) -> Verdict:
         return Verdict.OUTAGE
     if state in _BUSY or state.startswith(_BUSY_CLASSES):
         return Verdict.BUSY
-    return Verdict.CALLER
+    # Any other operational failure the server reported (an I/O error, a system error): it answered, so it is
+    # not gone, but this call cannot be served. A 503 for it, never the caller's 500.
+    return Verdict.BUSY if isinstance(error, psycopg.OperationalError) else Verdict.CALLER

@@ -95,6 +95,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._release()
         self._cancel_head_timer()
         super().connection_lost(exc)
+        self.logger = self._edge_log  # the adapter refers back to this connection: free it by refcount
 
     def handle_websocket_upgrade(self) -> None:
         """The connection passes to uvicorn's WebSocket protocol, and its end will not reach `connection_lost`."""

@@ -50,16 +50,14 @@ class Lease:
     def release(self, keep_alive_s: float | None = None) -> None:
         self._pool._release(self.instance, keep_alive_s)
 
-    def settled_now(self, request_id: str) -> bool:
-        """No cancel of this request is waiting for the worker: the slot can be released at once."""
-        return not self.worker.cancelling(request_id)
+    def settled_now(self, stream_id: str) -> bool:
+        """No cancel of this stream is waiting for the worker: the slot can be released at once."""
+        return not self.worker.cancelling(stream_id)
 
-    def release_when_settled(
-        self, request_id: str, keep_alive_s: float | None = None
-    ) -> "asyncio.Task[None]":
+    def release_when_settled(self, stream_id: str, keep_alive_s: float | None = None) -> "asyncio.Task[None]":
         """Release once the worker has stopped this request: a cancelled one within an engine step, or when a
         worker that did not confirm is killed. The caller may wait on the task, or not."""
-        return self._pool._release_when_settled(self, request_id, keep_alive_s)
+        return self._pool._release_when_settled(self, stream_id, keep_alive_s)
 
 
 class Pool:
@@ -276,12 +274,12 @@ class Pool:
         self._spawn_notify()
 
     def _release_when_settled(
-        self, lease: Lease, request_id: str, keep_alive_s: float | None
+        self, lease: Lease, stream_id: str, keep_alive_s: float | None
     ) -> "asyncio.Task[None]":
         async def settle_then_release() -> None:
             try:
                 with contextlib.suppress(Exception):
-                    await lease.worker.settled(request_id)
+                    await lease.worker.settled(stream_id)
             finally:
                 self._release(lease.instance, keep_alive_s)
 

@@ -175,6 +175,9 @@ class WorkerProcess:
         except TransportClosed as exc:
             await worker.kill()
             raise WorkerStartFailed(f"a worker process exited while starting: {exc}") from exc
+        except BaseException:  # the cold start that wanted it was cancelled: no process is left behind
+            await asyncio.shield(worker.kill())
+            raise
         if frame["type"] != "idle":
             await worker.kill()
             raise WorkerStartFailed(f"a worker process said {frame['type']!r} instead of 'idle'")
@@ -338,6 +341,7 @@ class WorkerProcess:
             raise WorkerCrashed("the model's worker process is not running")
         wire_id = f"{request_id}#{next(self._wire_ids)}"
         stream = _Stream(wire_id, request_id, progress if progress is not None else Progress())
+        stream.progress.wire_id = wire_id
         self._streams[wire_id] = stream
         if deadline is not None:
             stream.timer = asyncio.get_running_loop().call_at(deadline, self._expire, stream)
@@ -405,16 +409,15 @@ class WorkerProcess:
         finally:
             self._forget(stream)
 
-    def cancelling(self, request_id: str) -> bool:
-        return any(stream.request_id == request_id for stream in self._cancels)
+    def cancelling(self, stream_id: str) -> bool:
+        return any(stream.wire_id == stream_id for stream in self._cancels)
 
-    async def settled(self, request_id: str | None = None) -> None:
-        """Wait until a cancelled request (every stream with that caller's id; without an id, every one) has
-        been confirmed stopped, or the worker killed. Being cancelled while waiting leaves the cancel running."""
+    async def settled(self, stream_id: str | None = None) -> None:
+        """Wait until a cancelled stream (by its wire id, `Progress.wire_id`; without one, every stream) has been
+        confirmed stopped, or the worker killed. Keyed by stream, not by the caller's request id, which two
+        requests may share. Being cancelled while waiting leaves the cancel running."""
         tasks = [
-            task
-            for stream, task in self._cancels.items()
-            if request_id is None or stream.request_id == request_id
+            task for stream, task in self._cancels.items() if stream_id is None or stream.wire_id == stream_id
         ]
         if tasks:
             await asyncio.wait(tasks)

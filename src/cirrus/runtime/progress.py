@@ -26,6 +26,7 @@ def usage_of(frame: Frame) -> Usage:
 class Progress:
     """Filled in by the worker's frames as they arrive, whoever reads the stream (or nobody, once abandoned)."""
 
+    wire_id: str = ""  # the stream's id on the worker's socket, once it was opened (runtime/process.py)
     sent: bool = False  # the request was written to the worker's socket
     started: bool = False  # the worker admitted it: it has the request and began its prompt
     prompt_tokens: int = 0
