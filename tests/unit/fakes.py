@@ -95,12 +95,14 @@ class FakeLauncher:
         self.sizes = sizes
         self.launch_delay_s = launch_delay_s
         self.launched: list[tuple[str, FakeWorker]] = []
+        self.starts = 0  # launches begun, finished or not
         self.fail_next = False
 
     async def estimate_bytes(self, spec: ModelSpec) -> int:
         return self.sizes[spec.id]
 
     async def launch(self, spec: ModelSpec) -> FakeWorker:
+        self.starts += 1
         await asyncio.sleep(self.launch_delay_s)
         if self.fail_next:
             self.fail_next = False

@@ -6,6 +6,7 @@ import pytest
 
 from cirrus.errors import CapacityExceeded, ModelTooLarge, RequestTimeout
 from cirrus.pool import Pool
+from cirrus.pool.instance import InstanceState
 from tests.unit.fakes import FakeClock, FakeLauncher, spec
 
 MB = 1024 * 1024
@@ -367,9 +368,32 @@ async def test_requests_queued_while_a_worker_was_late_are_served_once_it_answer
     lease.release()
 
 
-async def test_a_cold_start_cut_short_by_its_deadline_leaves_no_instance_behind() -> None:
-    pool, _, _ = make_pool(delay=5)
+async def test_a_cold_start_outlives_the_requester_that_left_and_serves_the_queue() -> None:
+    """A load longer than one request's time limit still becomes ready, for the requests queued behind it."""
+    pool, launcher, _ = make_pool(delay=0.2)
+    waiting = asyncio.create_task(pool.acquire(SMALL, deadline(5)))
     with pytest.raises(RequestTimeout):
         await pool.acquire(SMALL, deadline(0.05))
+    lease = await asyncio.wait_for(waiting, 2)
+    assert launcher.starts == 1 and lease.instance.state is InstanceState.READY  # one load, not begun again
+    lease.release()
+    await settle()
+    assert [status.active_requests for status in pool.statuses()] == [0]
+
+
+async def test_a_start_whose_requester_left_and_that_failed_leaves_nothing_behind() -> None:
+    pool, launcher, _ = make_pool(delay=0.1)
+    launcher.fail_next = True
+    with pytest.raises(RequestTimeout):
+        await pool.acquire(SMALL, deadline(0.02))
+    await asyncio.sleep(0.2)
     await settle()
     assert pool.statuses() == [] and pool.used_bytes() == 0
+
+
+async def test_closing_the_pool_cancels_a_start_in_progress() -> None:
+    pool, launcher, _ = make_pool(delay=5)
+    with pytest.raises(RequestTimeout):
+        await pool.acquire(SMALL, deadline(0.02))
+    await asyncio.wait_for(pool.close(), 1)
+    assert pool.statuses() == [] and launcher.launched == []

@@ -81,6 +81,7 @@ class Pool:
         self._changed = asyncio.Condition()
         self._stops: set[asyncio.Task[None]] = set()
         self._affinity = AffinityTable()
+        self._starts: set[asyncio.Task[None]] = set()  # cold starts in progress, owned by the pool
 
     # -- what callers see -------------------------------------------------------------------------------------
 
@@ -184,6 +185,9 @@ class Pool:
                 log.exception("worker watchdog failed")
 
     async def close(self) -> None:
+        for start in list(self._starts):  # a worker still loading is killed by its cancelled load
+            start.cancel()
+        await asyncio.gather(*self._starts, return_exceptions=True)
         await asyncio.gather(*(self._stop(instance) for instance in list(self._instances)))
         await asyncio.gather(*self._stops, return_exceptions=True)
 
@@ -242,14 +246,29 @@ class Pool:
         return victims if shortfall <= 0 else None
 
     async def _cold_start(self, spec: ModelSpec, needed: int, victims: list[Instance]) -> Instance:
+        """Start an instance for the requester (its one active slot). The start is the pool's own task: a
+        requester that leaves (its deadline, its client gone) does not cancel it, since the requests queued
+        behind it want the instance too, and a model whose load outlasts one request's time limit would
+        otherwise never become ready. The requester's slot is given back once the start ends."""
         keep_alive = spec.keep_alive_s if spec.keep_alive_s is not None else self._default_keep_alive_s
         now = self._clock()
         instance = Instance(spec, needed, keep_alive, now, active=1, started_at=now)
         self._instances.append(instance)
+        start = asyncio.get_running_loop().create_task(self._start(instance, victims))
+        self._starts.add(start)
+        start.add_done_callback(self._starts.discard)
+        try:
+            await asyncio.shield(start)
+        except asyncio.CancelledError:
+            start.add_done_callback(lambda task: self._requester_left(instance, task))
+            raise
+        return instance
+
+    async def _start(self, instance: Instance, victims: list[Instance]) -> None:
         started = time.perf_counter()
         try:
             await asyncio.gather(*(self._stop(victim) for victim in victims))
-            worker = await self._launcher.launch(spec)
+            worker = await self._launcher.launch(instance.spec)
         except BaseException:
             self._instances.remove(instance)
             self._spawn_notify()
@@ -258,8 +277,19 @@ class Pool:
         instance.load_s = time.perf_counter() - started
         worker.on_exit(lambda: self._on_worker_exit(instance))
         self._share_cores()
-        log.info("cold-started %s (%s, pid %s) in %.2fs", spec.id, instance.id, worker.pid, instance.load_s)
-        return instance
+        log.info(
+            "cold-started %s (%s, pid %s) in %.2fs",
+            instance.spec.id,
+            instance.id,
+            worker.pid,
+            instance.load_s,
+        )
+
+    def _requester_left(self, instance: Instance, start: "asyncio.Task[None]") -> None:
+        """The start ended after its requester left: its slot goes to whoever is queued."""
+        if start.cancelled() or start.exception() is not None:
+            return  # the instance is gone already (and a failed start's error is seen here, not lost)
+        self._release(instance, None)
 
     # -- state changes ----------------------------------------------------------------------------------------
 
