@@ -69,6 +69,17 @@ def guard_for(clock: Clock, limits: DatabaseLimits = LIMITS) -> DatabaseGuard:
     return DatabaseGuard(limits, classify, clock=clock)
 
 
+async def opened_and_probe_due() -> tuple["Clock", "FakeDatabase", DatabaseGuard]:
+    """A guard that an outage opened, at the time its probe is due."""
+    clock, db = Clock(), FakeDatabase()
+    guard = guard_for(clock)
+    db.failure = Outage()
+    with pytest.raises(DependencyUnavailable):
+        await guard.run(db.query)
+    clock.now += 3.0
+    return clock, db, guard
+
+
 async def test_an_outage_is_a_503_and_then_callers_skip_the_database() -> None:
     clock, db = Clock(), FakeDatabase()
     guard = guard_for(clock)
@@ -92,12 +103,7 @@ async def test_an_outage_is_a_503_and_then_callers_skip_the_database() -> None:
 
 
 async def test_one_probe_after_the_wait_and_its_success_closes_the_breaker() -> None:
-    clock, db = Clock(), FakeDatabase()
-    guard = guard_for(clock)
-    db.failure = Outage()
-    with pytest.raises(DependencyUnavailable):
-        await guard.run(db.query)
-    clock.now += 3.0
+    clock, db, guard = await opened_and_probe_due()
     with pytest.raises(DependencyUnavailable):
         await guard.run(db.query)  # the probe: still down
     assert (db.calls, guard.breaker.state) == (2, BreakerState.OPEN)
@@ -159,12 +165,7 @@ async def test_a_longer_deadline_for_one_call() -> None:
 
 
 async def test_a_caller_that_leaves_cancels_its_call_and_a_lost_probe_keeps_the_breaker_open() -> None:
-    clock, db = Clock(), FakeDatabase()
-    guard = guard_for(clock)
-    db.failure = Outage()
-    with pytest.raises(DependencyUnavailable):
-        await guard.run(db.query)
-    clock.now += 3.0
+    _, _, guard = await opened_and_probe_due()
     reached = asyncio.Event()
     finished: list[str] = []
 

@@ -32,7 +32,7 @@ from cirrus.gateway.inflight import InFlight
 from cirrus.gateway.output import filtered
 from cirrus.metering.estimate import Estimate, TokenEstimator, prompt_chars
 from cirrus.metering.neurons import price
-from cirrus.metering.record import CacheStatus
+from cirrus.metering.record import CacheStatus, UsageRecord
 from cirrus.metering.reservations import Reservation, nothing_reserved
 from cirrus.runtime.events import Finished
 from cirrus.runtime.params import GenerationInput, Usage
@@ -80,7 +80,9 @@ class Pipeline:
             raise
         except asyncio.CancelledError:  # the client left before the answer started
             if call.record is None:
-                self._record(call, spec, Usage(0, 0), 499, None, "BYPASS", False, 0.0, (0.0, 0.0))
+                self._record(
+                    call, usage_record(call, spec, Usage(0, 0), 499, None, "BYPASS", False, 0.0, (0.0, 0.0))
+                )
             raise
         finally:
             if answer is None:  # refused, failed or cancelled before an answer took the reservation over
@@ -135,7 +137,11 @@ class Pipeline:
             call.release_reservation()
             raise
         cost = price(spec, result.usage.prompt_tokens, 0, 0)
-        self._record(call, spec, result.usage, 200, None, "BYPASS", result.cold_start, result.queue_s, cost)
+        usage = result.usage
+        self._record(
+            call,
+            usage_record(call, spec, usage, 200, None, "BYPASS", result.cold_start, result.queue_s, cost),
+        )
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, result.usage.total_tokens))
         return result
 
@@ -145,7 +151,7 @@ class Pipeline:
         """Embeddings that ended without their vectors are metered with the tokens the worker read (final once
         the service returned or raised; 0 when the request never reached a worker)."""
         usage, cost = processed_by([(spec, progress)])
-        self._record(call, spec, usage, status, code, "BYPASS", False, 0.0, cost)
+        self._record(call, usage_record(call, spec, usage, status, code, "BYPASS", False, 0.0, cost))
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
     async def _guarded_texts(self, call: Call, spec: ModelSpec, texts: tuple[str, ...]) -> tuple[str, ...]:
@@ -285,7 +291,10 @@ class Pipeline:
         a crash mid-prompt, a client that left): meter what they processed, on the last model tried."""
         usage, cost = processed_by(tried)
         spec = tried[-1][0]
-        self._record(call, spec, usage, status, code, "BYPASS", False, 0.0, cost, attempts=len(tried))
+        record = usage_record(
+            call, spec, usage, status, code, "BYPASS", False, 0.0, cost, attempts=len(tried)
+        )
+        self._record(call, record)
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
     async def _close_then_bill(self, call: Call, generation: Generation, ending: Ending) -> None:
@@ -309,7 +318,7 @@ class Pipeline:
 
         def on_end(finished: Finished | None, error: CirrusError | None, text: str) -> None:
             usage = cached.usage
-            self._record(call, spec, usage, 200, None, "HIT", cold_start=False, queue_s=0.0, cost=(0.0, 0.0))
+            self._record(call, usage_record(call, spec, usage, 200, None, "HIT", False, 0.0, (0.0, 0.0)))
             call.answer = text
 
         async def nothing() -> None:
@@ -342,19 +351,12 @@ class Pipeline:
         cache_status: CacheStatus = (
             "BYPASS" if call.response_headers.get("cf-aig-cache-status") == "BYPASS" else "MISS"
         )
-        self._record(
-            call,
-            spec,
-            usage,
-            status,
-            code,
-            cache_status,
-            generation.cold_start,
-            generation.lease.queue_s,
-            cost,
-            step=step,
-            attempts=attempts,
+        queue_s = generation.lease.queue_s
+        cold = generation.cold_start
+        record = usage_record(
+            call, spec, usage, status, code, cache_status, cold, queue_s, cost, step, attempts
         )
+        self._record(call, record)
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
     def _settle_cache(
@@ -380,25 +382,13 @@ class Pipeline:
             self.parts.metrics.rate_limited(spec.id, error.limit)
         elif isinstance(error, DailyAllocationExhausted) or error.code == 3053:
             self.parts.metrics.budget_refused(type(error).__name__)
-        self._record(call, spec, Usage(0, 0), error.status, error.code, "BYPASS", False, 0.0, (0.0, 0.0))
-
-    def _record(
-        self,
-        call: Call,
-        spec: ModelSpec,
-        usage: Usage,
-        status: int,
-        code: int | None,
-        cache_status: CacheStatus,
-        cold_start: bool,
-        queue_s: float,
-        cost: tuple[float, float],
-        step: int = 0,
-        attempts: int = 1,
-    ) -> None:
-        record = usage_record(
-            call, spec, usage, status, code, cache_status, cold_start, queue_s, cost, step, attempts
+        nothing = (0.0, 0.0)
+        self._record(
+            call,
+            usage_record(call, spec, Usage(0, 0), error.status, error.code, "BYPASS", False, 0.0, nothing),
         )
+
+    def _record(self, call: Call, record: UsageRecord) -> None:
         self.parts.meter.record(record)
         call.release_reservation()  # in the same step: the meter's pending usage takes over from the estimate
         call.set_record(record)
