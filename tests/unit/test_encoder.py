@@ -60,7 +60,11 @@ class Harness:
         self.engine.submit({"type": "embed", "id": request_id, "input": {"texts": [FOUR_WORDS] * texts}})
 
     def endings(self) -> list[tuple[str, str]]:
-        return [(str(f["id"]), str(f.get("finish_reason", f["type"]))) for f in self.sent]
+        return [
+            (str(f["id"]), str(f.get("finish_reason", f["type"])))
+            for f in self.sent
+            if f["type"] != "started"
+        ]
 
 
 def test_every_encoded_batch_counts_as_progress() -> None:
@@ -70,7 +74,7 @@ def test_every_encoded_batch_counts_as_progress() -> None:
     harness.engine.step()
     assert harness.model.decodes == 3 and harness.batches == 3
     assert harness.endings() == [("big", "embedded")]
-    assert harness.sent[0]["vectors"] == [[0.6, 0.8]] * 3
+    assert harness.sent[-1]["vectors"] == [[0.6, 0.8]] * 3
 
 
 def test_a_cancelled_request_waiting_behind_another_is_confirmed_without_waiting_its_turn() -> None:
@@ -101,5 +105,18 @@ def test_a_request_cancelled_while_it_is_encoded_stops_and_reports_what_was_read
     harness.engine.step()
     assert harness.model.decodes == 1, "the remaining batches are not encoded"
     assert harness.sent == [
-        {"type": "finished", "id": "big", "finish_reason": "cancelled", "prompt_tokens": MAX_TEXT_TOKENS}
+        {"type": "started", "id": "big", "prompt_tokens": MAX_TEXT_TOKENS},
+        {"type": "finished", "id": "big", "finish_reason": "cancelled", "prompt_tokens": MAX_TEXT_TOKENS},
     ]
+
+
+def test_a_long_request_reports_what_it_has_read_after_each_batch_but_the_last() -> None:
+    """So a request the server stops waiting for is still billed for what the worker read."""
+    harness = Harness()
+    harness.submit("big", texts=3)
+    harness.submit("small", texts=1)
+    harness.engine.step()
+    harness.engine.step()
+    progress = [(f["id"], f["prompt_tokens"]) for f in harness.sent if f["type"] == "started"]
+    assert progress == [("big", MAX_TEXT_TOKENS), ("big", 2 * MAX_TEXT_TOKENS)]
+    assert harness.endings() == [("big", "embedded"), ("small", "embedded")]

@@ -98,12 +98,17 @@ class EmbeddingEngine:
         self._check_lengths(tokenized, inputs.field)
         vectors: list[list[float]] = []
         read = 0
-        for batch in pack([len(t) for t in tokenized], self.max_text_tokens, BATCH_SEQUENCES):
+        batches = list(pack([len(t) for t in tokenized], self.max_text_tokens, BATCH_SEQUENCES))
+        for number, batch in enumerate(batches, 1):
             if request_id is not None and self._is_cancelled(request_id):
                 raise _Cancelled(read)
             vectors.extend(self._encode([tokenized[index] for index in batch]))
             read += sum(len(tokenized[index]) for index in batch)
             self._progressed()
+            if request_id is not None and number < len(batches):
+                # What was read so far, for billing a request that ends before its vectors (the server may
+                # stop waiting for the cancel's confirmation): one small frame per batch of a long request.
+                self._send({"type": "started", "id": request_id, "prompt_tokens": read})
             self._confirm_cancelled()
         return vectors, read
 

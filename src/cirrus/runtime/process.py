@@ -331,7 +331,10 @@ class WorkerProcess:
             await self._send_request(
                 stream, {"type": "embed", "id": stream.wire_id, "input": inputs.to_frame()}, deadline
             )
-            return _embeddings(await stream.queue.get())
+            item = await stream.queue.get()
+            while not isinstance(item, CirrusError) and item["type"] == "started":  # progress, for billing
+                item = await stream.queue.get()
+            return _embeddings(item)
         finally:
             self._close_stream(stream)
 
