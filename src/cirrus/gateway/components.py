@@ -141,7 +141,11 @@ class GatewayParts:
         await usage_store.migrate()
         alerts = BudgetAlerts(db, settings.alert_webhook_url)
         await alerts.migrate()
-        meter = Meter(usage_store, settings.state_dir / "usage-unwritten.jsonl")
+        meter = Meter(
+            usage_store,
+            settings.state_dir / "usage-unwritten.jsonl",
+            journal_dir=settings.state_dir / "usage-journal",
+        )
         await meter.replay_unwritten()
         meter.start()
         redis = _shared_redis(settings, metrics)

@@ -6,10 +6,11 @@ while the store stays down), and every start replays what an earlier run left. R
 counted in two ledgers, so budget checks see them at once; records kept and then replayed leave the ledgers.
 
 What a crash can lose: a record waits in memory for the next write, which begins at most `FLUSH_INTERVAL_S`
-(0.2 s) after it was recorded, or at once when `BATCH_SIZE` (100) are waiting. A SIGKILL therefore loses the
-records not yet committed: those of the requests that ended since the last write began, about one flush
-interval of traffic (the last write batch). Records kept in the file are on disk and survive it; a graceful stop
-(SIGTERM, SIGINT) writes or keeps everything.
+(0.2 s) after it was recorded, or at once when `BATCH_SIZE` (100) are waiting. With a journal (the gateway always
+has one) each record is also appended to a local file as it is metered, so a SIGKILL loses nothing: the next start
+recovers the journal into the reconcile file and replays it. Without one, a SIGKILL loses the records of the
+requests that ended since the last write began (the last write batch). A graceful stop (SIGTERM, SIGINT) writes or
+keeps everything either way.
 """
 
 import asyncio
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from cirrus.metering.journal import UsageJournal
 from cirrus.metering.ledger import Ledger
 from cirrus.metering.periods import utc_day, utc_month
 from cirrus.metering.reconcile import ReconcileFile
@@ -49,9 +51,16 @@ class Meter:
         backoff_s: float = 0.1,
         replay_after_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
+        journal_dir: Path | None = None,
     ) -> None:
+        """With `journal_dir`, every record is also appended to a journal there as it is metered (journal.py),
+        and what a process that died abruptly left in it is recovered into the reconcile file now."""
         self._store = store
         self._file = ReconcileFile(reconcile_path)
+        self._journal = None if journal_dir is None else UsageJournal(journal_dir)
+        if self._journal is not None:
+            self._journal.recover(self._file)
+        self._lost = False  # records could be kept nowhere: the journal segment holding them is not discarded
         self._clock = clock
         self._interval = flush_interval_s
         self._batch_size = batch_size
@@ -80,6 +89,8 @@ class Meter:
                     self._file.path,
                 )
                 return
+            if self._journal is not None:
+                self._journal.append(record)
             self._queue.append(record)
             self._tally(record)
             if len(self._queue) >= self._batch_size:
@@ -123,10 +134,18 @@ class Meter:
             await self._task
         await self.flush()
         self._closed = True
+        if self._journal is not None and not self._lost:
+            self._journal.close()
 
     async def flush(self) -> None:
+        """Write (or keep) every queued record. The journal segment that held them goes once they are safe;
+        records metered meanwhile are in the next segment (and written here too: a later replay of that segment
+        is recognised by the store)."""
+        segment = self._journal.rotate() if self._journal is not None and self._queue else None
         while self._queue:
             await self._write(self._take(self._batch_size))
+        if segment is not None and self._journal is not None and not self._lost:
+            self._journal.discard(segment)
         self.neurons.drop_before(utc_day(self._clock()))
         self.spend.drop_before(utc_month(self._clock()))
 
@@ -225,7 +244,9 @@ class Meter:
         self._kept = +self._kept  # drop the zero counts
 
     def _log_lost(self, records: list[UsageRecord]) -> None:
-        """The last resort: the records themselves go to the log, for an operator to recover."""
+        """The last resort: the records themselves go to the log, for an operator to recover (and the journal
+        keeps its segments, which the next start recovers)."""
+        self._lost = True
         log.exception(
             "could not keep usage records in %s: %s", self._file.path, [r.as_dict() for r in records]
         )
