@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from cirrus.db.database import Database, open_database
+from cirrus.db import open_database
+from cirrus.db.database import Database
 from tests.services.postgres import create_database, drop_database, running_postgres, unavailable_reason
 from tests.services.redis import running_redis
 

@@ -11,7 +11,8 @@ import psycopg
 import pytest
 from psycopg_pool import PoolTimeout
 
-from cirrus.db.database import Database, open_database
+from cirrus.db import open_database
+from cirrus.db.database import Database
 from cirrus.db.guard import DatabaseLimits, Verdict
 from cirrus.db.postgres import ConnectionDropped, PostgresDatabase, to_pyformat
 from cirrus.db.postgres_errors import PoolBusy, classify

@@ -21,7 +21,7 @@ from cirrus.auth.store import (
     UnknownAccount,
 )
 from cirrus.config import Settings
-from cirrus.db.database import open_database
+from cirrus.db import open_database
 from cirrus.guardrails.patterns import compile_deny_patterns
 
 T = TypeVar("T")

@@ -7,8 +7,6 @@ SQL is written once, with `?` placeholders and the subset both engines share (`I
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from cirrus.db.guard import DatabaseLimits
-
 Row = tuple[Any, ...]
 Params = Sequence[Any]
 
@@ -31,19 +29,3 @@ class Database(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def is_postgres_url(url: str) -> bool:
-    return url.startswith(("postgresql://", "postgres://"))
-
-
-async def open_database(url: str, limits: DatabaseLimits | None = None) -> Database:
-    """A `postgresql://` DSN opens PostgreSQL (with `limits`: its deadlines, pool and breaker); anything else is
-    a SQLite file path."""
-    if is_postgres_url(url):
-        from cirrus.db.postgres import PostgresDatabase
-
-        return await PostgresDatabase.connect(url, limits)
-    from cirrus.db.sqlite import SqliteDatabase
-
-    return SqliteDatabase.open(url)
