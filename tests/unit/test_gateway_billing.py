@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 from starlette.requests import Request
 
+from cirrus.api.calls import call_of
 from cirrus.api.protocol import WireProtocol
 from cirrus.auth import Principal
 from cirrus.auth.store import Account, Plan
@@ -27,7 +28,7 @@ from cirrus.errors import (
 )
 from cirrus.gateway.answer import Ending
 from cirrus.gateway.attempts import RetryPolicy, first_to_answer
-from cirrus.gateway.call import Call, call_of
+from cirrus.gateway.call import Call
 from cirrus.gateway.components import GatewayParts
 from cirrus.gateway.pipeline import Pipeline
 from cirrus.metering.budgets import BudgetGuard

@@ -6,11 +6,12 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from cirrus.api.calls import call_of
 from cirrus.api.context import affinity_of, platform_of, request_id_of
 from cirrus.api.sse import unless_disconnected
 from cirrus.catalog import ModelSpec
 from cirrus.gateway.answer import Answer
-from cirrus.gateway.call import Call, call_of
+from cirrus.gateway.call import Call
 from cirrus.runtime.params import GenerationInput
 from cirrus.service import Completion, InferenceRequest
 

@@ -12,16 +12,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
-
-from cirrus.api.context import principal_of, request_id_of
-from cirrus.api.protocol import WireProtocol, protocol_for
+from cirrus.api.protocol import WireProtocol
 from cirrus.auth import Principal
 from cirrus.errors import RequestTimeout
 from cirrus.metering.record import UsageRecord
 from cirrus.metering.reservations import Reservation
 
-COLLECT_LOG_HEADER = "cf-aig-collect-log"
 log = logging.getLogger(__name__)
 
 
@@ -106,41 +102,5 @@ class Call:
         return self.answer if self.collect_log else None
 
 
-def call_of(
-    request: Request, *, stream: bool, log_prompts: bool = False, timeout_s: float | None = None
-) -> Call:
-    """The call for this request, made once and kept in the scope for the access log; `timeout_s` is the
-    request time limit, counted from the request's arrival."""
-    state = request.scope.setdefault("state", {})
-    existing = state.get("call")
-    if isinstance(existing, Call):
-        existing.stream = stream
-        return existing
-    principal = principal_of(request)
-    call = Call(
-        request_id=request_id_of(request),
-        principal=principal,
-        protocol=protocol_for(request.url.path),
-        headers=request.headers,
-        response_headers=state.setdefault("response_headers", {}),
-        stream=stream,
-        collect_log=log_prompts or principal.collect_log or _header_true(request.headers, COLLECT_LOG_HEADER),
-        deadline=_deadline(state.get("arrived_at"), timeout_s),
-    )
-    state["call"] = call
-    return call
-
-
-def _deadline(arrived_at: object, timeout_s: float | None) -> float | None:
-    if timeout_s is None:
-        return None
-    start = arrived_at if isinstance(arrived_at, float) else asyncio.get_running_loop().time()
-    return start + timeout_s
-
-
 def _timed_out(step: str) -> RequestTimeout:
     return RequestTimeout(f"the request ran past its time limit during {step}")
-
-
-def _header_true(headers: Mapping[str, str], name: str) -> bool:
-    return headers.get(name, "").strip().lower() in ("1", "true", "yes")
