@@ -2,14 +2,12 @@
 file and written by the running meter once the store is back (no restart), each record counted once."""
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
-from cirrus.db.sqlite import SqliteDatabase
 from cirrus.errors import DependencyUnavailable
 from cirrus.metering.meter import Meter
 from cirrus.metering.record import UsageRecord
@@ -36,15 +34,6 @@ class FlakyWriter:
 
 def usage(neurons: float) -> UsageRecord:
     return usage_record(neurons=neurons, account_id=ACCOUNT, started_at=NOW)
-
-
-@pytest_asyncio.fixture(loop_scope="function")
-async def store(tmp_path: Path) -> AsyncIterator[UsageStore]:
-    db = SqliteDatabase.open(str(tmp_path / "cirrus.db"))
-    usage_store = UsageStore(db)
-    await usage_store.migrate()
-    yield usage_store
-    await db.close()
 
 
 def meter_for(writer: FlakyWriter, path: Path, replay_after_s: float) -> Meter:

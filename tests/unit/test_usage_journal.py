@@ -4,12 +4,9 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import pytest_asyncio
-
-from cirrus.db.sqlite import SqliteDatabase
 from cirrus.metering.journal import UsageJournal
 from cirrus.metering.meter import Meter
 from cirrus.metering.reconcile import ReconcileFile
@@ -26,15 +23,6 @@ class NeverWrites:
 
     async def write(self, records: Sequence[UsageRecord]) -> None:
         raise AssertionError("the meter never flushed before it died")
-
-
-@pytest_asyncio.fixture(loop_scope="function")
-async def store(tmp_path: Path) -> AsyncIterator[UsageStore]:
-    db = SqliteDatabase.open(str(tmp_path / "cirrus.db"))
-    usage_store = UsageStore(db)
-    await usage_store.migrate()
-    yield usage_store
-    await db.close()
 
 
 def dead_pid() -> int:
