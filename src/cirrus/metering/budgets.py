@@ -17,11 +17,11 @@ from cirrus.auth.principal import Principal
 from cirrus.errors import DailyAllocationExhausted, SpendLimitReached
 from cirrus.metering.alerts import BudgetAlerts, BudgetUse
 from cirrus.metering.estimate import NOTHING, Estimate
-from cirrus.metering.ledger import Ledger
+from cirrus.metering.ledger import Key, Ledger
 from cirrus.metering.meter import Meter
 from cirrus.metering.neurons import format_usd
 from cirrus.metering.periods import seconds_to_next_day, seconds_to_next_month, utc_day, utc_month
-from cirrus.metering.reservations import Key, Reservation, Reservations
+from cirrus.metering.reservations import Reservation, Reservations
 from cirrus.metering.shared_holds import SharedHolds
 from cirrus.metering.totals import CachedTotals
 

@@ -10,8 +10,7 @@ counted twice or not at all) or when the request fails before costing anything.
 from dataclasses import dataclass, field
 
 from cirrus.metering.estimate import Estimate
-
-Key = tuple[str, str]  # (subject, period): (account id, day) or (token id, month)
+from cirrus.metering.ledger import Key
 
 
 class Holds:
