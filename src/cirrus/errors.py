@@ -206,6 +206,16 @@ class DependencyUnavailable(CirrusError):
     openai_code = "service_unavailable"
 
 
+class NoNodeAvailable(CirrusError):
+    """A cluster gateway has no live node that can take the request (none offers Cirrus, or every one that could
+    failed it before its first byte). Retrying later helps: nodes join and come back."""
+
+    status = 503
+    code = 3058
+    openai_type = "server_error"
+    openai_code = "no_node_available"
+
+
 class InternalError(CirrusError):
     status = 500
     code = 3000

@@ -7,6 +7,8 @@ The HTTP server and the embedded SDK (`Ai.local()`, which has no gateway) both r
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from cirrus.catalog import Catalog, ModelSpec, load_catalog
 from cirrus.catalog.registered import registered_models_path
@@ -15,17 +17,59 @@ from cirrus.gateway.auth import Authenticator
 from cirrus.gateway.components import GatewayParts
 from cirrus.gateway.pipeline import Pipeline
 from cirrus.metering.store import UsageStore
+from cirrus.observability.fleet_collector import NodeMetrics
 from cirrus.observability.metrics import Metrics
 from cirrus.observability.pool_collector import PoolSource
 from cirrus.pool import Pool
 from cirrus.pool.launcher import ProcessLauncher
-from cirrus.service import InferenceService
+from cirrus.service import Backend, InferenceService
+from cirrus.store.gguf import MetaValue
 
 log = logging.getLogger(__name__)
 
 
+class ModelFiles(Protocol):
+    async def metadata(self, spec: ModelSpec) -> dict[str, MetaValue]: ...
+
+
+class ClusterNodes(Protocol):
+    """A cluster's nodes, seen from a gateway (`cirrus.cluster.cluster.Cluster`): requests run there, not here."""
+
+    @property
+    def service(self) -> Backend: ...
+
+    @property
+    def model_files(self) -> ModelFiles: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def node_summaries(self) -> list[dict[str, Any]]: ...
+
+    def instances(self) -> list[dict[str, Any]]: ...
+
+    async def prewarm(self, spec: ModelSpec) -> dict[str, Any]: ...
+
+    async def unload(self, model: str) -> int: ...
+
+    def node_metrics(self) -> list[NodeMetrics]: ...
+
+    def on_placed(self, observe: Callable[[str, str, str], None]) -> None: ...
+
+
 class Platform:
-    def __init__(self, settings: Settings, catalog: Catalog | None = None, *, gateway: bool = True) -> None:
+    """On a cluster (`cluster` given), the gateway runs requests on the cluster's nodes: this process's own pool
+    stays empty and starts nothing."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        catalog: Catalog | None = None,
+        *,
+        gateway: bool = True,
+        cluster: ClusterNodes | None = None,
+    ) -> None:
         self.settings = settings
         self.catalog = catalog or load_catalog(
             settings.catalog, settings.cache_dir, registered_models_path(settings.state_dir)
@@ -37,17 +81,27 @@ class Platform:
         )
         self.launcher.spares.until_idle = self.pool.until_idle
         self.service = InferenceService(self.catalog, self.pool, settings.request_timeout_s)
-        self.metrics = Metrics(
+        self.cluster = cluster
+        self.backend: Backend = cluster.service if cluster is not None else self.service
+        self.model_files: ModelFiles = cluster.model_files if cluster is not None else self.launcher
+        self.metrics = self._metrics()
+        self._with_gateway = gateway
+        self._gateway: GatewayParts | None = None
+        self._pipeline: Pipeline | None = None
+        self._background: list[asyncio.Task[None]] = []
+
+    def _metrics(self) -> Metrics:
+        if self.cluster is not None:
+            metrics = Metrics(fleet=self.cluster.node_metrics)
+            self.cluster.on_placed(metrics.placed)
+            return metrics
+        return Metrics(
             PoolSource(
                 self.pool,
                 spares_ready=lambda: self.launcher.spares.ready,
                 model_ids=lambda: [entry.spec.id for entry in self.catalog.entries()],
             )
         )
-        self._with_gateway = gateway
-        self._gateway: GatewayParts | None = None
-        self._pipeline: Pipeline | None = None
-        self._background: list[asyncio.Task[None]] = []
 
     @property
     def gateway(self) -> GatewayParts:
@@ -71,8 +125,11 @@ class Platform:
 
     async def start(self) -> None:
         if self._with_gateway:
-            self._gateway = await GatewayParts.open(self.settings, self.catalog, self.service, self.metrics)
+            self._gateway = await GatewayParts.open(self.settings, self.catalog, self.backend, self.metrics)
             self._pipeline = Pipeline(self._gateway)
+        if self.cluster is not None:
+            await self.cluster.start()
+            return
         self._background.append(asyncio.create_task(self.launcher.spares.fill()))
         self._background.append(asyncio.create_task(self.pool.run_reaper(self.settings.reaper_interval_s)))
         interval = self.settings.worker_heartbeat_interval_s
@@ -106,5 +163,7 @@ class Platform:
         await self.launcher.spares.close()
         if self._pipeline is not None:
             await self._pipeline.drain()
+        if self.cluster is not None:
+            await self.cluster.close()
         if self._gateway is not None:
             await self._gateway.close()

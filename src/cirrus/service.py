@@ -72,6 +72,17 @@ class Generation:
     def cold_start(self) -> bool:
         return self.lease.cold_start
 
+    @property
+    def queue_s(self) -> float:
+        return self.lease.queue_s
+
+    @property
+    def node_id(self) -> str | None:
+        return None
+
+    def cold_start_phases(self) -> dict[str, float]:
+        return self.lease.instance.status().cold_start_phases
+
     def processed_usage(self) -> Usage:
         """The tokens the worker really processed and generated, for billing; final once the generation is closed
         (`aclose()` returned, whatever ended it: the last event, the client leaving, the deadline, a crash).
@@ -150,6 +161,39 @@ def require_task(spec: ModelSpec, task: str) -> None:
             f"send it a {spec.task} request",
             param="model",
         )
+
+
+class StartedGeneration(Protocol):
+    """What the gateway reads of a started generation, wherever it runs: this node's pool (`Generation`) or a
+    node of a cluster (`cirrus.cluster.remote.RemoteGeneration`)."""
+
+    @property
+    def cold_start(self) -> bool: ...
+
+    @property
+    def queue_s(self) -> float: ...
+
+    @property
+    def node_id(self) -> str | None: ...  # the cluster node that runs it; None on a single node
+
+    def cold_start_phases(self) -> dict[str, float]: ...
+
+    def processed_usage(self) -> Usage: ...
+
+    def __aiter__(self) -> AsyncIterator[GenerationEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Backend(Protocol):
+    """Where requests run: this node's pool (`InferenceService`) or a cluster's nodes
+    (`cirrus.cluster.service.ClusterService`)."""
+
+    async def start(
+        self, request: InferenceRequest, progress: Progress | None = None
+    ) -> StartedGeneration: ...
+
+    async def embed(self, request: EmbeddingRequest, progress: Progress | None = None) -> EmbeddingResult: ...
 
 
 class InferenceService:

@@ -58,7 +58,8 @@ class FakeGeneration:
         self.tokens = tokens
         self.error = error
         self.cold_start = False
-        self.lease = SimpleNamespace(queue_s=0.0)
+        self.queue_s = 0.0
+        self.node_id: str | None = None
         self.closes = 0
         self.confirmed = False
 

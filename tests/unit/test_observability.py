@@ -18,6 +18,7 @@ from cirrus.api.metrics import router
 from cirrus.auth import OPEN_PRINCIPAL, Permission, Principal
 from cirrus.errors import Forbidden
 from cirrus.metering.record import UsageRecord
+from cirrus.observability.fleet_collector import NodeMetrics
 from cirrus.observability.logs import configure_logging, current_request_id, log_request
 from cirrus.observability.metrics import Metrics
 from cirrus.observability.pool_collector import PoolSource
@@ -349,3 +350,37 @@ def test_prompt_and_answer_are_logged_redacted_when_given(log_lines: io.StringIO
 )
 def test_redact_secrets(text: str, expected: str) -> None:
     assert redact_secrets(text) == expected
+
+
+# -- a cluster gateway's node gauges ----------------------------------------------------------------------------
+
+
+def test_a_cluster_gateway_labels_its_gauges_by_node_and_counts_placements() -> None:
+    nodes = [
+        NodeMetrics("node-a", True, 4000, 1000, [status(MODEL, "ready", 1000, None, active=2)]),
+        NodeMetrics("node-b", False, 8000, 0, []),
+    ]
+    metrics = Metrics(fleet=lambda: nodes)
+    metrics.placed(MODEL, "warm", "node-a")
+    metrics.placed(MODEL, "warm", "node-a")
+    metrics.placed(MODEL, "pull", "node-b")
+    found = samples(metrics)
+    assert value(found, "cirrus_nodes", alive="true") == 1
+    assert value(found, "cirrus_nodes", alive="false") == 1
+    assert value(found, "cirrus_memory_budget_bytes", node="node-b") == 8000
+    assert value(found, "cirrus_memory_used_bytes", node="node-a") == 1000
+    assert value(found, "cirrus_instances", node="node-a", model=MODEL, state="ready") == 1
+    assert value(found, "cirrus_active_requests", node="node-a", model=MODEL) == 2
+    assert value(found, "cirrus_placements_total", model=MODEL, rule="warm", node="node-a") == 2
+    assert value(found, "cirrus_placements_total", model=MODEL, rule="pull", node="node-b") == 1
+
+
+def test_a_failing_fleet_reading_leaves_the_other_metrics() -> None:
+    def broken() -> list[NodeMetrics]:
+        raise RuntimeError("boom")
+
+    metrics = Metrics(fleet=broken)
+    metrics.observe_request(RECORD, ttft_s=None)
+    found = samples(metrics)
+    assert value(found, "cirrus_neurons_total", model=MODEL) == 7.25
+    assert not any(name == "cirrus_nodes" for name, _ in found)

@@ -9,7 +9,7 @@ from cirrus.metering.neurons import price
 from cirrus.metering.record import CacheStatus, UsageRecord
 from cirrus.runtime.params import Usage
 from cirrus.runtime.progress import Progress
-from cirrus.service import Generation
+from cirrus.service import StartedGeneration
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def added(usage: Usage, more: Usage) -> Usage:
     )
 
 
-def processed(call: Call, generation: Generation) -> Usage:
+def processed(call: Call, generation: StartedGeneration) -> Usage:
     """What the worker processed for a generation that ended early (valid once it is closed). Never raises, as a
     meter must not break an answer: when it cannot be told, 0 tokens are metered and that is logged."""
     try:

@@ -28,7 +28,7 @@ from cirrus.metering.store import UsageStore
 from cirrus.observability.metrics import Metrics
 from cirrus.ratelimit import RateLimiter
 from cirrus.resilience.shared_redis import SharedRedis
-from cirrus.service import InferenceService
+from cirrus.service import Backend
 
 log = logging.getLogger(__name__)
 CACHE_PURGE_INTERVAL_S = 600.0
@@ -111,7 +111,7 @@ class NodeAuthenticator:
 class GatewayParts:
     settings: Settings
     catalog: Catalog
-    service: InferenceService
+    service: Backend
     metrics: Metrics
     db: Database
     identity: IdentityStore
@@ -132,7 +132,7 @@ class GatewayParts:
 
     @classmethod
     async def open(
-        cls, settings: Settings, catalog: Catalog, service: InferenceService, metrics: Metrics
+        cls, settings: Settings, catalog: Catalog, service: Backend, metrics: Metrics
     ) -> "GatewayParts":
         db = await open_database(settings.database_url(), database_limits(settings, metrics))
         identity = IdentityStore(db)

@@ -37,11 +37,12 @@ from cirrus.metering.reservations import Reservation, nothing_reserved
 from cirrus.runtime.events import Finished
 from cirrus.runtime.params import GenerationInput, Usage
 from cirrus.runtime.progress import Progress
-from cirrus.service import EmbeddingRequest, EmbeddingResult, Generation, InferenceRequest
+from cirrus.service import EmbeddingRequest, EmbeddingResult, InferenceRequest, StartedGeneration
 
 GATEWAY_STEPS = "the gateway's checks (guardrails, limits, budget, cache)"
 
 log = logging.getLogger(__name__)
+NODE_HEADER = "x-cirrus-node"  # on a cluster: the node that answered
 
 
 class Pipeline:
@@ -216,7 +217,7 @@ class Pipeline:
         leading = cache_entry is not None and self.inflight.lead(cache_entry[0])
         tried: list[tuple[ModelSpec, Progress]] = []
 
-        def start(spec: ModelSpec) -> Awaitable[Generation]:
+        def start(spec: ModelSpec) -> Awaitable[StartedGeneration]:
             tried.append((spec, Progress()))
             return self.parts.service.start(dataclasses.replace(request, model=spec.id), tried[-1][1])
 
@@ -252,15 +253,17 @@ class Pipeline:
         self,
         call: Call,
         model: ModelSpec,
-        answered: Answered[Generation],
+        answered: Answered[StartedGeneration],
         cache_entry: tuple[str, float] | None,
         earlier: list[tuple[ModelSpec, Progress]],
     ) -> Answer:
         """The answer of a started generation; `cache_entry` when it is to be stored and shared."""
         generation = answered.value
         call.response_headers["cf-aig-step"] = str(answered.step)
+        if generation.node_id is not None:
+            call.response_headers[NODE_HEADER] = generation.node_id
         if generation.cold_start:
-            phases = generation.lease.instance.status().cold_start_phases
+            phases = generation.cold_start_phases()
             self.parts.metrics.observe_cold_start(model.id, phases)
         events = filtered(generation, self.parts.output_filter(model))
 
@@ -281,7 +284,7 @@ class Pipeline:
             observed(events, call.mark_first_token, ending.ended),
             lambda: self._close_then_bill(call, generation, ending),
             generation.cold_start,
-            generation.lease.queue_s,
+            generation.queue_s,
         )
 
     def _start_failed(
@@ -297,7 +300,7 @@ class Pipeline:
         self._record(call, record)
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
-    async def _close_then_bill(self, call: Call, generation: Generation, ending: Ending) -> None:
+    async def _close_then_bill(self, call: Call, generation: StartedGeneration, ending: Ending) -> None:
         """In a task of its own: a client that left cancels whoever awaits the close (a streaming response is
         cancelled again at every await), and the usage must still be metered once the worker stopped. The close
         waits at most `service.SETTLE_WAIT_S` for a worker's confirmation, so a hung worker delays nothing more.
@@ -307,7 +310,7 @@ class Pipeline:
             return
         await asyncio.shield(self._spawn(self._closed(call, generation, ending)))
 
-    async def _closed(self, call: Call, generation: Generation, ending: Ending) -> None:
+    async def _closed(self, call: Call, generation: StartedGeneration, ending: Ending) -> None:
         try:
             await generation.aclose()
         finally:
@@ -330,7 +333,7 @@ class Pipeline:
         self,
         call: Call,
         spec: ModelSpec,
-        generation: Generation,
+        generation: StartedGeneration,
         usage: Usage,
         before: tuple[Usage, tuple[float, float]],
         finished: Finished | None,
@@ -351,7 +354,7 @@ class Pipeline:
         cache_status: CacheStatus = (
             "BYPASS" if call.response_headers.get("cf-aig-cache-status") == "BYPASS" else "MISS"
         )
-        queue_s = generation.lease.queue_s
+        queue_s = generation.queue_s
         cold = generation.cold_start
         record = usage_record(
             call, spec, usage, status, code, cache_status, cold, queue_s, cost, step, attempts

@@ -12,6 +12,7 @@ from prometheus_client import (
 )
 
 from cirrus.metering.record import UsageRecord
+from cirrus.observability.fleet_collector import FleetCollector, FleetSource
 from cirrus.observability.pool_collector import PoolCollector, PoolSource
 
 # From a cached answer (5 ms) to a long generation on a small CPU box (2 minutes).
@@ -24,7 +25,7 @@ def phase_label(phase: str) -> str:
 
 
 class Metrics:
-    def __init__(self, pool: PoolSource | None = None) -> None:
+    def __init__(self, pool: PoolSource | None = None, fleet: FleetSource | None = None) -> None:
         self.registry = CollectorRegistry()
         self._requests = self._counter(
             "cirrus_requests", "Requests answered", ["model", "status", "code", "route", "cache"]
@@ -65,8 +66,15 @@ class Metrics:
             "Tokens charged to this gateway's own limits because the shared store was skipped",
             ["model"],
         )
+        self._placements = self._counter(
+            "cirrus_placements",
+            "Requests placed on a cluster's nodes, by placement rule",
+            ["model", "rule", "node"],
+        )
         if pool is not None:
             self.registry.register(PoolCollector(pool))
+        if fleet is not None:
+            self.registry.register(FleetCollector(fleet))
 
     def _counter(self, name: str, documentation: str, labels: list[str]) -> Counter:
         return Counter(name, documentation, labels, registry=self.registry)
@@ -92,6 +100,10 @@ class Metrics:
         self._cold_starts.labels(model).inc()
         for phase, seconds in phases.items():
             self._cold_start_phases.labels(model, phase_label(phase)).observe(seconds)
+
+    def placed(self, model: str, rule: str, node: str) -> None:
+        """A cluster gateway sent a request to `node` by `rule` (warm, busy, cached or pull)."""
+        self._placements.labels(model, rule, node).inc()
 
     def rate_limited(self, model: str, limit: str) -> None:
         self._rate_limited.labels(model, limit).inc()

@@ -44,6 +44,7 @@ class ProcessLauncher:
         self._paths: dict[str, Path] = {}
         self._fetches: dict[str, asyncio.Future[Path]] = {}
         self._text_tokens: dict[str, int] = {}  # embeddings models: the most tokens one text may have
+        self.pull_bytes_per_s: float | None = None  # the last registry pull's rate, for a cluster's placement
         self.spares = SpareWorkers(settings.spare_workers, settings.spare_heap_bytes)
         # Registry credentials: CIRRUS_REGISTRY_USERNAME/PASSWORD, else the user's Docker config.
         self._puller = Puller(catalog.cache_dir / "store", CredentialStore.from_settings(settings))
@@ -62,7 +63,7 @@ class ProcessLauncher:
     async def _fetch(self, spec: ModelSpec) -> Path:
         if spec.artifact.oci is not None:  # a cold start from the registry; concurrent callers share one pull
             try:
-                return await self._puller.fetch(spec.artifact.oci, spec.artifact.insecure)
+                return await self._pull(spec, spec.artifact.oci)
             except (RegistryError, BlobError) as exc:
                 raise ModelPullFailed(f"{spec.id} could not be pulled: {exc}", param="model") from exc
             except OSError as exc:  # e.g. a full disk under the cache
@@ -77,6 +78,15 @@ class ProcessLauncher:
             return await asyncio.to_thread(materialize, spec.artifact, self._catalog.cache_dir)
         except FileNotFoundError as exc:
             raise ModelNotInstalled(str(exc), param="model") from exc
+
+    async def _pull(self, spec: ModelSpec, reference: str) -> Path:
+        pulled_now = not self._catalog.is_present(spec)
+        started = time.perf_counter()
+        path = await self._puller.fetch(reference, spec.artifact.insecure)
+        seconds = time.perf_counter() - started
+        if pulled_now and seconds > 0:
+            self.pull_bytes_per_s = path.stat().st_size / seconds
+        return path
 
     async def metadata(self, spec: ModelSpec) -> dict[str, MetaValue]:
         """The GGUF's metadata, read once per model: reading it walks the whole vocabulary (27 ms for SmolLM2,
@@ -95,6 +105,14 @@ class ProcessLauncher:
             else:
                 self._estimates[spec.id] = estimate_instance(metadata, size, spec.kv_cells)
         return self._estimates[spec.id]
+
+    def known_sizes(self) -> dict[str, tuple[int, int]]:
+        """Model id -> (an instance's memory, the weights file's bytes), for each model estimated so far."""
+        return {
+            model: (estimate.total, self._paths[model].stat().st_size)
+            for model, estimate in self._estimates.items()
+            if model in self._paths and self._paths[model].is_file()
+        }
 
     async def estimate_bytes(self, spec: ModelSpec) -> int:
         return (await self.estimate(spec)).total

@@ -42,6 +42,8 @@ SCALAR_FORMATS = {
 STRING, ARRAY = 8, 9
 MetaValue = int | float | bool | str | list[object]
 
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"  # the metadata key of a GGUF's own chat template
+
 
 class GGUFError(ValueError):
     pass

@@ -7,9 +7,7 @@ from typing import Protocol
 from cirrus.catalog import ModelSpec
 from cirrus.errors import ModelNotInstalled, WorkerStartFailed
 from cirrus.families import Family, family, family_of_template
-from cirrus.store.gguf import MetaValue
-
-TEMPLATE_KEY = "tokenizer.chat_template"
+from cirrus.store.gguf import CHAT_TEMPLATE_KEY, MetaValue
 
 
 class ModelFiles(Protocol):
@@ -32,7 +30,7 @@ async def model_family(spec: ModelSpec, launcher: ModelFiles, catalog: Specs) ->
             metadata = await launcher.metadata(candidate)  # what a cold start reads anyway; cached per model
         except (ModelNotInstalled, WorkerStartFailed):  # absent, or a pull that failed: try the fallbacks
             continue
-        template = metadata.get(TEMPLATE_KEY)
+        template = metadata.get(CHAT_TEMPLATE_KEY)
         return _family_of_gguf_template(template) if isinstance(template, str) else None
     return None  # nothing installed: the request fails with the model's own 5007 when it starts
 

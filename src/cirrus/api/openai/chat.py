@@ -82,7 +82,7 @@ def _message(result: ChatResult) -> dict[str, Any]:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
     spec = resolve_model(request, body.model, body.stream)
     options = body.chat_options()
-    family = await model_family(spec, platform_of(request).launcher, platform_of(request).catalog)
+    family = await model_family(spec, platform_of(request).model_files, platform_of(request).catalog)
     sampling = body.sampling(spec.max_tokens_default)
     plan = plan_chat(family, body.chat_messages(), options, sampling)
     inference = inference_request(request, spec.id, plan.inputs, body.keep_alive_s())

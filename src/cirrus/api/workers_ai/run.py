@@ -114,7 +114,7 @@ async def _plan(request: Request, spec: ModelSpec, body: TextGenerationInput) ->
     """None for a raw prompt, which is sent as it is; chat features need a chat template."""
     if body.raw and body.prompt is not None:
         return None
-    family = await model_family(spec, platform_of(request).launcher, platform_of(request).catalog)
+    family = await model_family(spec, platform_of(request).model_files, platform_of(request).catalog)
     sampling = body.sampling(spec.max_tokens_default)
     return plan_chat(family, body.chat_messages(), body.chat_options(), sampling, prompt=body.prompt)
 

@@ -1,0 +1,171 @@
+"""The node agent: one per Ray node that offers the `cirrus` resource, pinned to it, owning that node's Platform
+(its pool, launcher, spare workers, memory budget and artifact store: the single-node code, not a copy). Gateways
+call it through Ray; it holds no gateway state (tokens, limits and usage stay in the gateways).
+
+Its settings come from the node's own environment (the CIRRUS_* variables given to `ray start`), so each node has
+its own state and cache directories.
+
+This class is plain Python: `cirrus.cluster.fleet` wraps it with `ray.remote` when it places one on a node, and
+tests may call it directly.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, replace
+from typing import Any
+
+from cirrus.cluster.report import NodeReport, NodeSources, ServiceTimes, node_report
+from cirrus.cluster.streams import Streams
+from cirrus.cluster.wire import Batch, Failed, Opened, Tally
+from cirrus.config import Settings
+from cirrus.errors import CirrusError
+from cirrus.platform import Platform
+from cirrus.runtime.events import Finished, GenerationEvent
+from cirrus.runtime.params import Usage
+from cirrus.runtime.progress import Progress
+from cirrus.service import EmbeddingRequest, EmbeddingResult, Generation, InferenceRequest
+from cirrus.store.gguf import CHAT_TEMPLATE_KEY
+
+log = logging.getLogger(__name__)
+
+
+class NodeAgent:
+    def __init__(self, node_id: str, address: str) -> None:
+        self.node_id = node_id
+        self.platform = Platform(Settings(), gateway=False)
+        self._sources = NodeSources(
+            node_id,
+            address,
+            self.platform.catalog,
+            self.platform.pool,
+            self.platform.launcher,
+            ServiceTimes(),
+        )
+        self._streams = Streams()
+        self._started: asyncio.Future[None] | None = None
+
+    async def ready(self) -> dict[str, Any]:
+        """Start the node's platform once; what a gateway logs about the node."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self.platform.start())
+        await asyncio.shield(self._started)
+        return {
+            "node_id": self.node_id,
+            "pid": os.getpid(),
+            "state_dir": str(self.platform.settings.state_dir),
+        }
+
+    async def status(self) -> NodeReport:
+        await self.ready()
+        return node_report(self._sources)
+
+    async def chat_template(self, model: str) -> dict[str, str]:
+        """The model's GGUF chat template (what the gateway's family lookup reads), or nothing."""
+        metadata = await self.platform.launcher.metadata(self.platform.catalog.get(model))
+        template = metadata.get(CHAT_TEMPLATE_KEY)
+        return {CHAT_TEMPLATE_KEY: template} if isinstance(template, str) else {}
+
+    async def prewarm(self, model: str) -> dict[str, Any]:
+        await self.ready()
+        spec = self.platform.catalog.require_installed(model)
+        return asdict(await self.platform.pool.prewarm(spec, self.platform.settings.worker_start_timeout_s))
+
+    async def unload(self, model: str) -> int:
+        return await self.platform.pool.unload(model)
+
+    async def generate(self, key: str, request: InferenceRequest, left_s: float) -> AsyncIterator[Batch]:
+        """Stream one generation as batches (see `cirrus.cluster.wire`). `key` names it for `close`."""
+        await self.ready()
+        if not self._streams.open(key):
+            return  # closed before it began
+        progress = Progress()
+        request = replace(request, deadline=asyncio.get_running_loop().time() + left_s)
+        began = time.monotonic()
+        generation: Generation | None = None
+        try:
+            try:
+                generation = await self.platform.service.start(request, progress)
+            except CirrusError as error:
+                yield [Failed(error, progress.usage(), progress.started)]
+                return
+            opened = Opened(
+                self.node_id,
+                generation.lease.instance.id,
+                generation.cold_start,
+                generation.queue_s,
+                generation.cold_start_phases(),
+            )
+            async for batch in _batches(generation, opened, progress):
+                yield batch
+        finally:
+            usage = await _closed(generation, progress)
+            if generation is not None:
+                self._sources.service_times.add(request.model, time.monotonic() - began)
+            self._streams.done(key, usage)
+
+    async def close(self, key: str) -> Usage:
+        """Stop a generation the gateway no longer reads (its client left, its time limit passed) and return what
+        the worker processed: the figures an early end is billed with."""
+        return await self._streams.close(key)
+
+    async def embed(
+        self, request: EmbeddingRequest, left_s: float
+    ) -> tuple[EmbeddingResult | None, Failed | None]:
+        await self.ready()
+        progress = Progress()
+        request = replace(request, deadline=asyncio.get_running_loop().time() + left_s)
+        try:
+            return await self.platform.service.embed(request, progress), None
+        except CirrusError as error:
+            return None, Failed(error, progress.usage(), progress.sent)
+
+    async def shutdown(self) -> None:
+        """Stop every worker of this node (the agent is being removed)."""
+        with contextlib.suppress(Exception):
+            await self.platform.close()
+
+
+async def _batches(generation: Generation, opened: Opened, progress: Progress) -> AsyncIterator[Batch]:
+    """The generation's events, each batch holding what was ready at once, ending with a tally. An error
+    mid-stream (a crash, the time limit) ends the stream with `Failed`."""
+    queue: asyncio.Queue[GenerationEvent | CirrusError] = asyncio.Queue()
+    pump = asyncio.ensure_future(_pump(generation, queue))
+    batch: Batch = [opened]
+    try:
+        while True:
+            ready = [await queue.get()]
+            while not queue.empty():
+                ready.append(queue.get_nowait())
+            last = ready[-1]
+            batch.extend(item for item in ready if not isinstance(item, CirrusError))
+            if isinstance(last, CirrusError):
+                batch.append(Failed(last, progress.usage(), progress.started))
+                yield batch
+                return
+            batch.append(Tally(progress.usage(), isinstance(last, Finished)))
+            yield batch
+            if isinstance(last, Finished):
+                return
+            batch = []
+    finally:
+        pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pump
+
+
+async def _pump(generation: Generation, queue: "asyncio.Queue[GenerationEvent | CirrusError]") -> None:
+    try:
+        async for event in generation:
+            queue.put_nowait(event)
+    except CirrusError as error:
+        queue.put_nowait(error)
+
+
+async def _closed(generation: Generation | None, progress: Progress) -> Usage:
+    if generation is not None:
+        await generation.aclose()
+    return progress.usage()

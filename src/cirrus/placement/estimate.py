@@ -1,0 +1,64 @@
+"""Time estimates a placement is ranked by: cold start, registry pull, and the wait in a busy instance's queue.
+
+Each estimate uses what the node measured and falls back to `Defaults` only until it has. The defaults are the
+figures measured on the development machines (bench/RESULTS.md, docs, DESIGN.md), cited per field.
+"""
+
+import math
+from dataclasses import dataclass
+
+from cirrus.placement.view import NodeMeasures, PlacementRequest
+
+
+@dataclass(frozen=True)
+class Defaults:
+    # Gemma 3 270M (253 MB) loads in 172-290 ms inside a worker (bench/RESULTS.md, "Cirrus phases", last entry).
+    load_bytes_per_s: float = 1.1e9
+    # oras pulls a 98 MB GGUF from a registry on 127.0.0.1 in under a second (DESIGN.md, "Other facts measured").
+    pull_bytes_per_s: float = 1.0e8
+    # Python plus `import llama_cpp`, 140-148 ms, when no spare process is ready (docs/design-notes.md).
+    process_start_s: float = 0.15
+    # A warm request's first token: 15.7-23.5 ms over HTTP (bench/RESULTS.md, "Cirrus warm (HTTP SSE): TTFT").
+    first_token_s: float = 0.02
+    # How long a request holds a slot until a node has measured it: a few hundred tokens at tens per second.
+    service_s: float = 5.0
+    # Estimates within this fraction of each other count as equal, so evicting nothing or a lighter load decides.
+    tie_tolerance: float = 0.05
+    # A cold start this placer sent counts as starting until a snapshot shows it, or this long past its estimate.
+    pending_grace_s: float = 30.0
+    # Session-affinity keys remembered (least recently used forgotten first).
+    affinity_keys: int = 100_000
+
+
+def cold_start_s(measures: NodeMeasures, request: PlacementRequest, defaults: Defaults) -> float:
+    """From the artifact on local disk to a loaded instance: the node's last measured start of this model if any,
+    else a process start plus the weights at the node's (or the default) load bandwidth."""
+    measured = measures.cold_start_s.get(request.model)
+    if measured is not None:
+        return measured
+    process = measures.process_start_s if measures.process_start_s is not None else defaults.process_start_s
+    bandwidth = measures.load_bytes_per_s or defaults.load_bytes_per_s
+    return process + request.artifact_bytes / bandwidth
+
+
+def pull_s(measures: NodeMeasures, request: PlacementRequest, defaults: Defaults) -> float:
+    return request.artifact_bytes / (measures.pull_bytes_per_s or defaults.pull_bytes_per_s)
+
+
+def service_s(measures: NodeMeasures, model: str, defaults: Defaults) -> float:
+    return measures.service_s.get(model, defaults.service_s)
+
+
+def queue_wait_s(position: int, ready_slots: int, service: float) -> float:
+    """Until the `position`-th request in line (1 = next) gets one of `ready_slots` busy slots. With slots ending
+    at random moments, one frees every `service / ready_slots` seconds on average."""
+    if ready_slots <= 0:
+        return math.inf
+    return service * position / ready_slots
+
+
+def bucket(estimate_s: float, tolerance: float) -> float:
+    """The estimate on a logarithmic grid of `tolerance` steps: equal buckets are equal estimates."""
+    if tolerance <= 0:
+        return estimate_s
+    return math.floor(math.log(max(estimate_s, 1e-6)) / math.log1p(tolerance))

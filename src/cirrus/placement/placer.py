@@ -1,0 +1,269 @@
+"""Where a request for a model should go in a cluster: the node with the least estimated time to first token.
+
+In order of what usually wins: a warm instance with a free slot (the session's earlier node first, for its
+prefix cache); a busy instance, if its queue is shorter than a cold start elsewhere; a cold start from the
+node's own disk; a pull from the registry, then a cold start. A node snapshot (`update`) replaces what was known
+of it; between snapshots the placer counts what it sent there itself (`placed`, `finished`).
+
+A decision evaluates a bounded number of nodes, found through indexes kept up to date as snapshots and
+placements arrive: per model, its warm nodes ranked by how soon a slot frees, and the nodes caching it; and
+all nodes by free memory and by memory they could free. Only when none of those can take the request are all
+nodes evaluated (a fleet whose memory is all busy).
+"""
+
+import time
+from collections.abc import Callable, Collection, Iterable
+
+from cirrus.placement.estimate import Defaults, bucket, cold_start_s, pull_s
+from cirrus.placement.node_state import NodeState, PendingStart
+from cirrus.placement.options import Option, evaluate, warm_rank
+from cirrus.placement.ranked import RankedSet, RotatingSet
+from cirrus.placement.sessions import SessionTable
+from cirrus.placement.view import NodeView, Placement, PlacementRequest
+
+WARM_LOOK = 4  # warm nodes evaluated per decision, best ranked first
+COLD_LOOK = 8  # nodes evaluated from each memory index, and from a model's cached nodes in turn
+ALL_CACHED = 16  # a model cached on at most this many nodes has every one of them evaluated
+MIB = 1024 * 1024
+DEFAULTS = Defaults()
+
+
+class NoNodeFits(Exception):
+    """No live node can ever hold the model, or every one that could was excluded."""
+
+
+class Placer:
+    def __init__(self, clock: Callable[[], float] = time.time, defaults: Defaults = DEFAULTS) -> None:
+        self._clock = clock
+        self._defaults = defaults
+        self._nodes: dict[str, NodeState] = {}
+        self._warm: dict[str, RankedSet] = {}
+        self._cached: dict[str, RotatingSet] = {}
+        self._by_free = RankedSet()
+        self._by_room = RankedSet()
+        self._sessions = SessionTable(defaults.affinity_keys)
+
+    # -- what nodes report ------------------------------------------------------------------------------------
+
+    def update(self, node: NodeView) -> None:
+        """A fresh snapshot replaces what was known of that node."""
+        old = self._nodes.get(node.node_id)
+        state = NodeState(node, self._clock(), old)
+        self._nodes[node.node_id] = state
+        self._index_cached(old, state)
+        self._index_node(state, _changed_models(old, state))
+
+    def remove(self, node_id: str) -> None:
+        """A node that left or died."""
+        old = self._nodes.pop(node_id, None)
+        if old is not None:
+            self._unindex(old)
+
+    def nodes(self) -> list[NodeView]:
+        return [state.view for state in self._nodes.values()]
+
+    # -- decisions --------------------------------------------------------------------------------------------
+
+    def choose(self, request: PlacementRequest, exclude: Collection[str] = ()) -> Placement:
+        """The node with the least estimated TTFT, skipping `exclude` (nodes already tried for this request)."""
+        now = self._clock()
+        skip = exclude if isinstance(exclude, set | frozenset) else set(exclude)
+        affine = self._affine_option(request, skip, now)
+        if affine is not None and affine.rule == "warm":
+            return _placement(affine)
+        options = self._evaluate(request, self._warm_candidates(request.model, skip), now)
+        best = self._best(options)
+        if best is None or best.rule != "warm":
+            options += self._evaluate(request, self._cold_candidates(request, skip), now)
+            best = self._best(options) or self._fallback(request, skip, now)
+        if affine is not None and self._bucket(affine) <= self._bucket(best):
+            return _placement(affine)
+        return _placement(best)
+
+    def placed(self, request: PlacementRequest, placement: Placement) -> None:
+        """A request was sent there: count it until `finished`, and a cold start as starting until shown."""
+        if request.affinity is not None:
+            self._sessions.remember(request.affinity, placement.node_id)
+        state = self._nodes.get(placement.node_id)
+        if state is None or not state.view.alive:
+            return
+        state.add_inflight(request.model, 1)
+        if placement.rule in ("cached", "pull"):
+            state.add_pending(self._pending_start(state, request, placement))
+        self._index_node(state, (request.model,))
+
+    def finished(self, request: PlacementRequest, placement: Placement) -> None:
+        """That request ended, however it ended."""
+        state = self._nodes.get(placement.node_id)
+        if state is None or not state.view.alive:
+            return
+        state.add_inflight(request.model, -1)
+        self._index_node(state, (request.model,))
+
+    # -- candidates -------------------------------------------------------------------------------------------
+
+    def _affine_option(self, request: PlacementRequest, skip: Collection[str], now: float) -> Option | None:
+        """The session's earlier node, if it still has the model warm (with room, or a queue)."""
+        node_id = self._sessions.get(request.affinity) if request.affinity is not None else None
+        state = self._nodes.get(node_id) if node_id is not None else None
+        if state is None or not state.view.alive or state.node_id in skip:
+            return None
+        option = evaluate(state, request, now, self._defaults)
+        return option if option is not None and option.rule in ("warm", "busy") else None
+
+    def _warm_candidates(self, model: str, skip: Collection[str]) -> list[str]:
+        ranked = self._warm.get(model)
+        if ranked is None:
+            return []
+        return ranked.smallest(WARM_LOOK, lambda node_id: node_id not in skip, WARM_LOOK + len(skip))
+
+    def _cold_candidates(self, request: PlacementRequest, skip: Collection[str]) -> list[str]:
+        """Nodes that could start the model: those caching it (all, or a few in turn), those with the most free
+        memory, and, if even the freest cannot start it without evicting, those with the most memory to free."""
+
+        def allowed(node_id: str) -> bool:
+            return node_id not in skip
+
+        cached = self._cached.get(request.model, RotatingSet())
+        found = list(cached) if len(cached) <= ALL_CACHED else cached.next_few(COLD_LOOK)
+        freest = self._by_free.smallest(COLD_LOOK, allowed, COLD_LOOK + len(skip))
+        found += freest
+        if not freest or self._nodes[freest[0]].free_bytes < request.memory_bytes:
+            found += self._by_room.smallest(COLD_LOOK, allowed, COLD_LOOK + len(skip))
+        return [node_id for node_id in found if node_id not in skip]
+
+    def _evaluate(self, request: PlacementRequest, node_ids: Iterable[str], now: float) -> list[Option]:
+        options = []
+        for node_id in dict.fromkeys(node_ids):
+            option = evaluate(self._nodes[node_id], request, now, self._defaults)
+            if option is not None:
+                options.append(option)
+        return options
+
+    def _fallback(self, request: PlacementRequest, skip: Collection[str], now: float) -> Option:
+        """No indexed candidate can take the request. If the node (of those it fits) with the most memory to free
+        still lacks room, the request must wait for memory: it queues there. Otherwise something else stopped
+        the candidates (pinned memory, max_instances, exclusions), and every node is evaluated."""
+
+        def fits_ever(node_id: str) -> bool:
+            return (
+                node_id not in skip
+                and self._nodes[node_id].capacity_for(request.model) >= request.memory_bytes
+            )
+
+        roomiest = self._by_room.smallest(1, fits_ever, 4 * COLD_LOOK + len(skip))
+        if roomiest and self._nodes[roomiest[0]].room_bytes < request.memory_bytes:
+            return self._memory_wait(self._nodes[roomiest[0]], request)
+        live = [state for state in self._nodes.values() if state.view.alive]
+        allowed = [state for state in live if state.node_id not in skip]
+        best = self._best(self._evaluate(request, (state.node_id for state in allowed), now))
+        if best is not None:
+            return best
+        capable = [state for state in allowed if state.capacity_for(request.model) >= request.memory_bytes]
+        if not capable:
+            raise NoNodeFits(self._why_none_fits(request, live, allowed))
+        state = min(capable, key=lambda s: (-s.room_bytes, s.occupied_total, s.node_id))
+        return self._memory_wait(state, request)
+
+    def _memory_wait(self, state: NodeState, request: PlacementRequest) -> Option:
+        measures, defaults = state.view.measures, self._defaults
+        cached = request.model in state.view.cached
+        estimate = defaults.service_s + cold_start_s(measures, request, defaults) + defaults.first_token_s
+        estimate += 0.0 if cached else pull_s(measures, request, defaults)
+        return Option(state.node_id, "cached" if cached else "pull", estimate, True, state.occupied_total)
+
+    def _why_none_fits(
+        self, request: PlacementRequest, live: list[NodeState], allowed: list[NodeState]
+    ) -> str:
+        needed = f"{request.model} needs {request.memory_bytes // MIB} MiB"
+        if not live:
+            return f"{needed} and no node is alive"
+        largest = max(live, key=lambda state: (state.capacity_for(request.model), state.node_id))
+        room = largest.capacity_for(request.model)
+        if room >= request.memory_bytes:
+            return f"{needed}; every node that could hold it ({len(live) - len(allowed)} tried) was excluded"
+        pinned = largest.view.budget_bytes - room
+        return (
+            f"{needed} but the largest budget of a live node is {largest.view.budget_bytes // MIB} MiB"
+            f" ({largest.node_id}{f', {pinned // MIB} MiB of it pinned' if pinned else ''})"
+        )
+
+    # -- indexes ----------------------------------------------------------------------------------------------
+
+    def _index_cached(self, old: NodeState | None, state: NodeState) -> None:
+        before = old.view.cached if old is not None and old.view.alive else frozenset()
+        after = state.view.cached if state.view.alive else frozenset()
+        if before == after:
+            return
+        for model in before - after:
+            self._cached[model].discard(state.node_id)
+        for model in after - before:
+            self._cached.setdefault(model, RotatingSet()).add(state.node_id)
+
+    def _index_node(self, state: NodeState, models: Iterable[str]) -> None:
+        if not state.view.alive:
+            self._unindex(state)
+            return
+        node_id, now = state.node_id, self._clock()
+        for model in models:
+            load = state.loads.get(model)
+            if load is not None and load.serving:
+                self._warm.setdefault(model, RankedSet()).set(
+                    node_id, warm_rank(state, model, now, self._defaults)
+                )
+            elif model in self._warm:
+                self._warm[model].discard(node_id)
+        self._by_free.set(node_id, (-state.free_bytes, state.occupied_total))
+        self._by_room.set(node_id, (-state.room_bytes, state.occupied_total))
+
+    def _unindex(self, state: NodeState) -> None:
+        node_id = state.node_id
+        for model in state.view.cached:
+            if model in self._cached:
+                self._cached[model].discard(node_id)
+        for ranked in (self._warm[model] for model in state.loads if model in self._warm):
+            ranked.discard(node_id)
+        self._by_free.discard(node_id)
+        self._by_room.discard(node_id)
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+
+    def _pending_start(
+        self, state: NodeState, request: PlacementRequest, placement: Placement
+    ) -> PendingStart:
+        now = self._clock()
+        ready_at = now + max(0.0, placement.estimated_ttft_s - self._defaults.first_token_s)
+        reported = state.reported.get(request.model)
+        return PendingStart(
+            model=request.model,
+            ready_at=ready_at,
+            memory_bytes=request.memory_bytes,
+            slots=request.slots,
+            instances_before=reported.instances if reported else 0,
+            expires_at=ready_at + self._defaults.pending_grace_s,
+        )
+
+    def _best(self, options: list[Option]) -> Option | None:
+        tolerance = self._defaults.tie_tolerance
+        return min(options, key=lambda option: option.key(tolerance), default=None)
+
+    def _bucket(self, option: Option) -> float:
+        return bucket(option.estimate_s, self._defaults.tie_tolerance)
+
+
+def _placement(option: Option) -> Placement:
+    return Placement(option.node_id, option.rule, option.estimate_s)
+
+
+def _changed_models(old: NodeState | None, new: NodeState) -> list[str]:
+    """Models whose place in the warm index may have moved: their load changed, or (new measures) they have no
+    free slot, so their rank is a wait that depends on the measured service time."""
+    if old is None:
+        return list(new.loads)
+    remeasured = old.view.measures is not new.view.measures and old.view.measures != new.view.measures
+    changed = [model for model in old.loads if model not in new.loads]
+    for model, load in new.loads.items():
+        before = old.loads.get(model)
+        if (before is not load and before != load) or (remeasured and load.free_ready == 0):
+            changed.append(model)
+    return changed
