@@ -18,6 +18,11 @@ USAGE_SO_FAR = Usage(5, 1)
 OPENED = Opened("node-a", "inst-1", cold_start=True, queue_s=0.25, cold_start_phases={"load_s": 0.5})
 
 
+async def closing_with(usage: Usage, delay_s: float = 0.0) -> Usage:
+    await asyncio.sleep(delay_s)
+    return usage
+
+
 async def test_a_close_stops_a_running_stream_and_returns_its_usage() -> None:
     streams = Streams()
     began = asyncio.Event()
@@ -28,25 +33,34 @@ async def test_a_close_stops_a_running_stream_and_returns_its_usage() -> None:
         try:
             await asyncio.sleep(60)
         finally:
-            streams.done("k", Usage(12, 3))
+            await streams.end("k", closing_with(Usage(12, 3)))
 
     task = asyncio.create_task(stream())
     await began.wait()
     assert await streams.close("k") == Usage(12, 3)
-    assert task.cancelled() or task.done()
-    assert streams.running() == 0
+    await asyncio.wait({task}, timeout=1)
+    assert task.cancelled()
+
+
+async def test_a_close_while_the_stream_ends_waits_for_its_usage_without_cutting_it_short() -> None:
+    streams = Streams()
+    assert streams.open("k")
+    ending = asyncio.create_task(streams.end("k", closing_with(Usage(30, 20), delay_s=0.05)))
+    await asyncio.sleep(0)
+    assert await streams.close("k") == Usage(30, 20)
+    await ending
 
 
 async def test_a_close_before_the_stream_began_refuses_the_stream() -> None:
     streams = Streams()
-    assert await streams.close("k") == Usage(0, 0)
+    assert await streams.close("k") is None  # nothing known: the gateway keeps its own figures
     assert not streams.open("k")
 
 
 async def test_a_close_just_after_the_end_returns_the_final_usage() -> None:
     streams = Streams()
     assert streams.open("k")
-    streams.done("k", Usage(7, 9))
+    await streams.end("k", closing_with(Usage(7, 9)))
     assert await streams.close("k") == Usage(7, 9)
 
 
@@ -62,7 +76,7 @@ def _generation(
     batches: list[Batch | Exception],
     progress: Progress,
     closes: list[str],
-    close_answer: Usage | Exception = USAGE_SO_FAR,
+    close_answer: Usage | Exception | None = USAGE_SO_FAR,
 ) -> RemoteGeneration:
     opening = batches.pop(0)
     assert isinstance(opening, list)
@@ -74,7 +88,7 @@ def _generation(
             raise item
         return item
 
-    async def close_remote() -> Usage:
+    async def close_remote() -> Usage | None:
         closes.append("close")
         if isinstance(close_answer, Exception):
             raise close_answer
@@ -88,7 +102,7 @@ async def _texts(events: AsyncIterator[object]) -> list[str]:
 
 
 async def test_a_finished_stream_needs_no_close_on_the_node() -> None:
-    progress, closes = Progress(), []
+    progress, closes = Progress(), list[str]()
     batches: list[Batch | Exception] = [
         [OPENED, TextDelta("a"), Tally(Usage(5, 1), final=False)],
         [TextDelta("b"), Finished("stop", Usage(5, 2)), Tally(Usage(5, 2), final=True)],
@@ -101,22 +115,40 @@ async def test_a_finished_stream_needs_no_close_on_the_node() -> None:
 
 
 async def test_a_lost_node_mid_stream_is_a_worker_crash_billed_with_the_last_tally() -> None:
-    progress, closes = Progress(), []
+    progress, closes = Progress(), list[str]()
     batches: list[Batch | Exception] = [
         [OPENED, TextDelta("a"), Tally(Usage(5, 1), final=False)],
         NodeLost("gone"),
     ]
-    generation = _generation(batches, progress, closes, close_answer=NodeLost("gone"))
+    generation = _generation(batches, progress, closes)
     with pytest.raises(WorkerCrashed, match="went away"):
         await _texts(generation.__aiter__())
-    assert closes == ["close"]  # asked once; the lost node cannot answer, and its last tally stands
+    assert closes == []  # a node that is gone is not asked: the error frame goes out at once
     assert generation.processed_usage() == Usage(5, 1)
 
 
+async def test_an_error_the_node_sent_mid_stream_is_final_and_needs_no_close() -> None:
+    progress, closes = Progress(), list[str]()
+    failed = Failed(RequestTimeout("too slow"), Usage(5, 4), started=True)
+    batches: list[Batch | Exception] = [[OPENED, TextDelta("a"), Tally(Usage(5, 1), final=False)], [failed]]
+    generation = _generation(batches, progress, closes)
+    with pytest.raises(RequestTimeout):
+        await _texts(generation.__aiter__())
+    assert closes == [] and generation.processed_usage() == Usage(5, 4)
+
+
 async def test_closing_early_asks_the_node_for_its_count() -> None:
-    progress, closes = Progress(), []
+    progress, closes = Progress(), list[str]()
     batches: list[Batch | Exception] = [[OPENED, TextDelta("a"), Tally(Usage(5, 1), final=False)]]
     generation = _generation(batches, progress, closes, close_answer=Usage(5, 3))
     await generation.aclose()
     await generation.aclose()
     assert closes == ["close"] and generation.processed_usage() == Usage(5, 3)
+
+
+async def test_a_node_that_forgot_the_stream_leaves_the_last_tally_as_the_bill() -> None:
+    progress, closes = Progress(), list[str]()
+    batches: list[Batch | Exception] = [[OPENED, TextDelta("a"), Tally(Usage(5, 2), final=False)]]
+    generation = _generation(batches, progress, closes, close_answer=None)
+    await generation.aclose()
+    assert closes == ["close"] and generation.processed_usage() == Usage(5, 2)

@@ -22,7 +22,7 @@ from cirrus.cluster.report import NodeReport, NodeSources, ServiceTimes, node_re
 from cirrus.cluster.streams import Streams
 from cirrus.cluster.wire import Batch, Failed, Opened, Tally
 from cirrus.config import Settings
-from cirrus.errors import CirrusError
+from cirrus.errors import CirrusError, InternalError, WorkerCrashed
 from cirrus.platform import Platform
 from cirrus.runtime.events import Finished, GenerationEvent
 from cirrus.runtime.params import Usage
@@ -79,11 +79,11 @@ class NodeAgent:
 
     async def generate(self, key: str, request: InferenceRequest, left_s: float) -> AsyncIterator[Batch]:
         """Stream one generation as batches (see `cirrus.cluster.wire`). `key` names it for `close`."""
+        request = replace(request, deadline=asyncio.get_running_loop().time() + left_s)
         await self.ready()
         if not self._streams.open(key):
             return  # closed before it began
         progress = Progress()
-        request = replace(request, deadline=asyncio.get_running_loop().time() + left_s)
         began = time.monotonic()
         generation: Generation | None = None
         try:
@@ -102,36 +102,36 @@ class NodeAgent:
             async for batch in _batches(generation, opened, progress):
                 yield batch
         finally:
-            usage = await _closed(generation, progress)
-            if generation is not None:
-                self._sources.service_times.add(request.model, time.monotonic() - began)
-            self._streams.done(key, usage)
+            await self._streams.end(key, self._closed(generation, progress, request.model, began))
 
-    async def close(self, key: str) -> Usage:
+    async def _closed(
+        self, generation: Generation | None, progress: Progress, model: str, began: float
+    ) -> Usage:
+        if generation is not None:
+            await generation.aclose()
+            self._sources.service_times.add(model, time.monotonic() - began)
+        return progress.usage()
+
+    async def close(self, key: str) -> Usage | None:
         """Stop a generation the gateway no longer reads (its client left, its time limit passed) and return what
-        the worker processed: the figures an early end is billed with."""
+        the worker processed: the figures an early end is billed with; None if this agent knows nothing of it."""
         return await self._streams.close(key)
 
     async def embed(
         self, request: EmbeddingRequest, left_s: float
     ) -> tuple[EmbeddingResult | None, Failed | None]:
+        request = replace(request, deadline=asyncio.get_running_loop().time() + left_s)
         await self.ready()
         progress = Progress()
-        request = replace(request, deadline=asyncio.get_running_loop().time() + left_s)
         try:
             return await self.platform.service.embed(request, progress), None
         except CirrusError as error:
             return None, Failed(error, progress.usage(), progress.sent)
 
-    async def shutdown(self) -> None:
-        """Stop every worker of this node (the agent is being removed)."""
-        with contextlib.suppress(Exception):
-            await self.platform.close()
-
 
 async def _batches(generation: Generation, opened: Opened, progress: Progress) -> AsyncIterator[Batch]:
     """The generation's events, each batch holding what was ready at once, ending with a tally. An error
-    mid-stream (a crash, the time limit) ends the stream with `Failed`."""
+    mid-stream (a crash, the time limit) ends the stream with `Failed`, billed with the worker's confirmed count."""
     queue: asyncio.Queue[GenerationEvent | CirrusError] = asyncio.Queue()
     pump = asyncio.ensure_future(_pump(generation, queue))
     batch: Batch = [opened]
@@ -143,6 +143,7 @@ async def _batches(generation: Generation, opened: Opened, progress: Progress) -
             last = ready[-1]
             batch.extend(item for item in ready if not isinstance(item, CirrusError))
             if isinstance(last, CirrusError):
+                await generation.aclose()  # the worker confirms its count of a cancelled request
                 batch.append(Failed(last, progress.usage(), progress.started))
                 yield batch
                 return
@@ -158,14 +159,15 @@ async def _batches(generation: Generation, opened: Opened, progress: Progress) -
 
 
 async def _pump(generation: Generation, queue: "asyncio.Queue[GenerationEvent | CirrusError]") -> None:
+    """Every generation ends the queue: with its finish, its error, or an error saying what went wrong."""
     try:
         async for event in generation:
             queue.put_nowait(event)
+            if isinstance(event, Finished):
+                return
+        queue.put_nowait(WorkerCrashed("the generation ended without a finish"))
     except CirrusError as error:
         queue.put_nowait(error)
-
-
-async def _closed(generation: Generation | None, progress: Progress) -> Usage:
-    if generation is not None:
-        await generation.aclose()
-    return progress.usage()
+    except Exception as error:  # a bug must end the stream with an error, never leave it waiting
+        log.exception("a generation failed in the node agent")
+        queue.put_nowait(InternalError(f"the node agent failed: {type(error).__name__}"))

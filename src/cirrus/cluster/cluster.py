@@ -10,12 +10,16 @@ from typing import Any
 from cirrus.catalog import Catalog, ModelSpec
 from cirrus.cluster import ray_calls
 from cirrus.cluster.fleet import Fleet, Node
+from cirrus.cluster.remote import NodeLost
 from cirrus.cluster.report import NodeReport
 from cirrus.cluster.service import ClusterService
-from cirrus.errors import NoNodeAvailable
+from cirrus.errors import ModelNotInstalled, NoNodeAvailable
 from cirrus.observability.fleet_collector import NodeMetrics
-from cirrus.placement.placer import Placer
+from cirrus.placement.placer import NoNodeFits, Placer
 from cirrus.store.gguf import MetaValue
+
+METADATA_TIMEOUT_S = 60.0  # reading a GGUF's metadata walks its vocabulary: a big model's takes seconds
+PREWARM_TIMEOUT_S = 600.0  # a cold start, pull included
 
 
 def cluster_address(address: str) -> str:
@@ -29,7 +33,8 @@ def cluster_address(address: str) -> str:
 
 
 class ClusterModelFiles:
-    """What the gateway's chat-family lookup reads of a model's file, asked of a node that has it."""
+    """What the gateway's chat-family lookup reads of a model's file, asked of a node that holds it. A model no
+    live node holds reads as not installed, so the lookup moves on to its fallbacks rather than pull it anywhere."""
 
     def __init__(self, fleet: Fleet) -> None:
         self._fleet = fleet
@@ -38,18 +43,22 @@ class ClusterModelFiles:
     async def metadata(self, spec: ModelSpec) -> dict[str, MetaValue]:
         if spec.id not in self._known:
             node = self._holder(spec)
-            template: dict[str, MetaValue] = await ray_calls.call(
-                node.agent.chat_template.remote(spec.id), 60
-            )
+            try:
+                template: dict[str, MetaValue] = await ray_calls.call(
+                    node.agent.chat_template.remote(spec.id), METADATA_TIMEOUT_S
+                )
+            except NodeLost as error:
+                raise NoNodeAvailable(
+                    f"the node holding {spec.id} did not answer", retry_after_s=1.0
+                ) from error
             self._known[spec.id] = template
         return self._known[spec.id]
 
     def _holder(self, spec: ModelSpec) -> Node:
-        nodes = [node for node in self._fleet.nodes() if node.placeable]
-        holding = [node for node in nodes if node.report and spec.id in node.report.view.cached]
-        if not (holding or nodes):
-            raise NoNodeAvailable("no node of the cluster is available", retry_after_s=1.0)
-        return (holding or nodes)[0]
+        for node in self._fleet.nodes():
+            if node.placeable and node.report is not None and spec.id in node.report.view.cached:
+                return node
+        raise ModelNotInstalled(f"no node of the cluster holds {spec.id} yet", param="model")
 
 
 class Cluster:
@@ -94,10 +103,25 @@ class Cluster:
         ]
 
     async def prewarm(self, spec: ModelSpec) -> dict[str, Any]:
+        """Start an instance where a request for the model would go now."""
         wanted = self.service.placement_request(spec, None)
-        placement = self.placer.choose(wanted)
-        node = self.fleet.node(placement.node_id)
-        status: dict[str, Any] = await ray_calls.call(node.agent.prewarm.remote(spec.id))
+        try:
+            placement = self.placer.choose(wanted)
+        except NoNodeFits as error:
+            raise NoNodeAvailable(
+                f"no node of the cluster can take {spec.id} now", retry_after_s=1.0
+            ) from error
+        node = self.fleet.placeable(placement.node_id)
+        if node is None:
+            raise NoNodeAvailable(f"the node chosen for {spec.id} just left", retry_after_s=1.0)
+        try:
+            status: dict[str, Any] = await ray_calls.call(
+                node.agent.prewarm.remote(spec.id), PREWARM_TIMEOUT_S
+            )
+        except NodeLost as error:
+            raise NoNodeAvailable(
+                f"the node chosen for {spec.id} did not answer", retry_after_s=1.0
+            ) from error
         return {**status, "node": node.node_id}
 
     async def unload(self, model: str) -> int:

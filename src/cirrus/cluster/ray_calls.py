@@ -26,11 +26,14 @@ def agent_name(node_id: str) -> str:
     return f"cirrus-agent-{node_id[:16]}"
 
 
+_REMOTE_AGENT: Any = ray.remote(NodeAgent)
+
+
 def agent_of(node_id: str, address: str) -> AgentHandle:
     """The node's agent, started there if it has none: detached (it outlives the gateway that started it; other
-    gateways find it by name), pinned to its node, restarted by Ray if its process dies while the node lives."""
-    remote_agent: Any = ray.remote(NodeAgent)
-    handle: AgentHandle = remote_agent.options(
+    gateways find it by name), pinned to its node, restarted by Ray if its process dies while the node lives.
+    Blocking (it asks the GCS): call it in a thread."""
+    handle: AgentHandle = _REMOTE_AGENT.options(
         name=agent_name(node_id),
         namespace=NAMESPACE,
         lifetime="detached",
@@ -42,6 +45,14 @@ def agent_of(node_id: str, address: str) -> AgentHandle:
         max_concurrency=10_000,
     ).remote(node_id, address)
     return handle
+
+
+def kill(agent: AgentHandle) -> None:
+    """Remove the agent of a node that left, so Ray stops trying to restart it there. Blocking."""
+    try:
+        ray.kill(agent, no_restart=True)
+    except Exception:  # already gone with its node
+        log.debug("removing an agent failed", exc_info=True)
 
 
 def live_cirrus_nodes() -> dict[str, str]:
@@ -74,38 +85,40 @@ async def call(awaitable: Awaitable[T], timeout_s: float | None = None) -> T:
         raise NodeLost(f"no answer within {timeout_s} s") from error
 
 
-async def next_batch(stream: Any, lost: asyncio.Event) -> Batch | None:
-    """The stream's next batch, None at its end; NodeLost as soon as the node is known lost."""
-    read = asyncio.ensure_future(_read_one(stream))
-    read.add_done_callback(_retrieved)  # a read abandoned below may still fail: that is expected, not news
+async def unless_lost(work: Awaitable[T], lost: asyncio.Event) -> T:
+    """`work`'s result; NodeLost as soon as the node is known lost (the work is then cancelled)."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(_retrieved)  # work abandoned below may still fail: that is expected, not news
     gone = asyncio.ensure_future(lost.wait())
     try:
-        done, _ = await asyncio.wait({read, gone}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-        if not read.done():
-            read.cancel()
-    if read in done:
-        return read.result()
+        if not task.done():
+            task.cancel()
+    if task in done:
+        return task.result()
     raise NodeLost("the node left the cluster")
 
 
-def _retrieved(task: "asyncio.Future[Batch | None]") -> None:
+def _retrieved(task: "asyncio.Future[Any]") -> None:
     if not task.cancelled():
         task.exception()
 
 
-async def _read_one(stream: Any) -> Batch | None:
+async def next_batch(stream: Any, lost: asyncio.Event, timeout_s: float) -> Batch | None:
+    """The stream's next batch, None at its end; NodeLost as soon as the node is known lost, or when nothing
+    came within `timeout_s` (the node enforces the request's deadline itself: past it, the node is stuck)."""
+    return await unless_lost(_read_one(stream, timeout_s), lost)
+
+
+async def _read_one(stream: Any, timeout_s: float) -> Batch | None:
     try:
-        ref = await call(stream.__anext__())
+        async with asyncio.timeout(timeout_s):
+            ref = await call(stream.__anext__())
+            batch: Batch = await call(ref)
     except StopAsyncIteration:
         return None
-    batch: Batch = await call(ref)
+    except TimeoutError as error:
+        raise NodeLost(f"no batch within {timeout_s:.1f} s") from error
     return batch
-
-
-def cancel(stream: Any) -> None:
-    try:
-        ray.cancel(stream)
-    except Exception:  # already finished or its node is gone: nothing left to stop
-        log.debug("cancelling a stream failed", exc_info=True)

@@ -7,13 +7,12 @@ marking the node lost, whichever comes first, so a dead node never leaves a stre
 """
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cirrus.cluster.wire import Batch, Failed, Opened, Tally
-from cirrus.errors import WorkerCrashed
+from cirrus.errors import CirrusError, WorkerCrashed
 from cirrus.runtime.events import Finished, GenerationEvent
 from cirrus.runtime.params import Usage
 from cirrus.runtime.progress import Progress
@@ -34,10 +33,11 @@ class RemoteGeneration:
     opened: Opened
     _pending: list[GenerationEvent]
     _next_batch: NextBatch
-    _close_remote: Callable[[], Awaitable[Usage]]
+    _close_remote: Callable[[], Awaitable[Usage | None]]
     _progress: Progress
     _on_closed: Callable[[], None] = lambda: None
     _finished: bool = False
+    _node_gone: bool = False
     _closing: "asyncio.Future[None] | None" = field(default=None)
 
     @property
@@ -74,10 +74,15 @@ class RemoteGeneration:
         try:
             batch = await self._next_batch()
         except NodeLost as lost:
+            self._node_gone = True
             raise WorkerCrashed(f"the node serving this request went away: {lost}") from lost
         if batch is None:
             raise WorkerCrashed("the node's stream ended without a finish")
-        return take(batch, self._progress)
+        try:
+            return take(batch, self._progress)
+        except CirrusError:
+            self._finished = True  # the node ended it, and its count is final
+            raise
 
     async def aclose(self) -> None:
         if self._closing is None:
@@ -85,11 +90,14 @@ class RemoteGeneration:
         await asyncio.shield(self._closing)
 
     async def _close(self) -> None:
+        """Unless it finished (or the node ended it, or is gone), stop it on the node and learn what it did; an
+        answer of nothing (the node forgot it) leaves the last tally as the bill."""
         try:
-            if self._progress.final is None:  # not finished: stop it on the node and learn what it did
-                with contextlib.suppress(NodeLost, TimeoutError):
-                    async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                        self._progress.final = await self._close_remote()
+            if not (self._finished or self._node_gone):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    usage = await self._close_remote()
+                if usage is not None:
+                    self._progress.final = usage
         except Exception:  # the node is gone or confused: the best figures known stay the bill
             log.debug("closing a remote generation failed", exc_info=True)
         finally:

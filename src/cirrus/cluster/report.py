@@ -10,7 +10,10 @@ from cirrus.pool import Pool
 from cirrus.pool.instance import InstanceStatus
 from cirrus.pool.launcher import ProcessLauncher
 
-SERVING_STATES = ("ready", "starting")
+SERVING_STATES = (
+    "ready",
+    "starting",
+)  # what placement may count on; unresponsive and stopping instances are not
 
 
 @dataclass(frozen=True)

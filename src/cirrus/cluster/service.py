@@ -2,13 +2,16 @@
 node's agent; the same interface as the single node's `InferenceService` (`service.Backend`).
 
 Failover: a node that is lost before the request's first byte (Ray says its actor or node died, or the fleet
-counts it lost) costs nothing but time: the request is placed again, on another node, within its deadline. Once
-the answer began, a lost node ends it with the protocol's error frame (`RemoteGeneration`).
+counts it lost) costs nothing but time: the request is placed again, on another node, within its deadline, and
+the lost node is told to drop it in case it was only slow. Once the answer began, a lost node ends it with the
+protocol's error frame (`RemoteGeneration`).
+
+Every placement is paired with exactly one `placer.finished`: on failure here, else when the answer closes.
 """
 
 import asyncio
-import itertools
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -18,7 +21,7 @@ from cirrus.cluster import ray_calls
 from cirrus.cluster.fleet import Fleet, Node
 from cirrus.cluster.remote import NodeLost, RemoteGeneration, first_events, see_failure
 from cirrus.cluster.wire import Batch, Failed
-from cirrus.errors import CirrusError, ModelNotInstalled, ModelTooLarge, NoNodeAvailable, RequestTimeout
+from cirrus.errors import ModelNotInstalled, ModelTooLarge, NoNodeAvailable, RequestTimeout
 from cirrus.placement.placer import NoNodeFits
 from cirrus.placement.view import Placement, PlacementRequest
 from cirrus.runtime.params import Usage
@@ -32,7 +35,9 @@ from cirrus.service import (
 )
 
 log = logging.getLogger(__name__)
-_streams = itertools.count(1)
+# A node enforces each request's deadline itself; a stream silent this long past it is stuck.
+STUCK_AFTER_DEADLINE_S = 5.0
+CLOSE_TIMEOUT_S = 3.0
 
 
 class ClusterService:
@@ -41,6 +46,7 @@ class ClusterService:
         self.fleet = fleet
         self.request_timeout_s = request_timeout_s
         self.on_placed: Callable[[str, str, str], None] = lambda model, rule, node: None
+        self._background: set[asyncio.Task[None]] = set()
 
     async def start(self, request: InferenceRequest, progress: Progress | None = None) -> StartedGeneration:
         spec = self._installed_spec(request.model, "text-generation")
@@ -50,14 +56,24 @@ class ClusterService:
         tried: set[str] = set()
         while True:
             node, placement = self._place(wanted, tried)
+            key = uuid.uuid4().hex  # never the caller's id: agents are shared by every gateway
+
+            def finished(placement: Placement = placement) -> None:
+                self.fleet.placer.finished(wanted, placement)
+
             try:
-                return await self._open(node, placement, wanted, request, deadline, progress)
+                return await self._open(node, key, request, deadline, progress, finished)
             except NodeLost as lost:
+                finished()
+                self._drop_quietly(node, key)
                 log.warning(
                     "node %s lost before answering %s: %s", node.node_id[:12], request.request_id, lost
                 )
                 tried.add(node.node_id)
                 self._check_time(deadline)
+            except BaseException:
+                finished()
+                raise
 
     async def embed(self, request: EmbeddingRequest, progress: Progress | None = None) -> EmbeddingResult:
         spec = self._installed_spec(request.model, "text-embeddings")
@@ -69,8 +85,9 @@ class ClusterService:
             node, placement = self._place(wanted, tried)
             try:
                 left_s = self._check_time(deadline)
-                outcome: tuple[EmbeddingResult | None, Failed | None] = await ray_calls.call(
-                    node.agent.embed.remote(replace(request, deadline=None), left_s), left_s + 5
+                work: Any = node.agent.embed.remote(replace(request, deadline=None), left_s)
+                outcome: tuple[EmbeddingResult | None, Failed | None] = await ray_calls.unless_lost(
+                    ray_calls.call(work, left_s + STUCK_AFTER_DEADLINE_S), node.lost
                 )
             except NodeLost:
                 tried.add(node.node_id)
@@ -100,17 +117,27 @@ class ClusterService:
         return PlacementRequest(spec.id, memory_bytes, artifact_bytes, affinity, slots=spec.parallel)
 
     def _place(self, wanted: PlacementRequest, tried: set[str]) -> tuple[Node, Placement]:
+        """The chosen node, counted as placed there; a node the placer knows but the fleet just dropped is
+        skipped."""
+        while True:
+            placement = self._choose(wanted, tried)
+            node = self.fleet.placeable(placement.node_id)
+            if node is None:
+                tried.add(placement.node_id)
+                continue
+            self.fleet.placer.placed(wanted, placement)
+            self.on_placed(wanted.model, placement.rule, placement.node_id)
+            return node, placement
+
+    def _choose(self, wanted: PlacementRequest, tried: set[str]) -> Placement:
         try:
-            placement = self.fleet.placer.choose(wanted, exclude=tried)
+            return self.fleet.placer.choose(wanted, exclude=tried)
         except NoNodeFits as error:
-            if tried or not self.fleet.reports():
+            if tried or not any(node.placeable for node in self.fleet.nodes()):
                 raise NoNodeAvailable(
                     f"no node of the cluster can take {wanted.model} now", retry_after_s=1.0
                 ) from error
             raise ModelTooLarge(str(error), param="model") from error
-        self.fleet.placer.placed(wanted, placement)
-        self.on_placed(wanted.model, placement.rule, placement.node_id)
-        return self.fleet.node(placement.node_id), placement
 
     def _deadline(self, deadline: float | None) -> float:
         loop = asyncio.get_running_loop()
@@ -127,56 +154,66 @@ class ClusterService:
     async def _open(
         self,
         node: Node,
-        placement: Placement,
-        wanted: PlacementRequest,
+        key: str,
         request: InferenceRequest,
         deadline: float,
         progress: Progress,
+        finished: Callable[[], None],
     ) -> RemoteGeneration:
-        key = f"{request.request_id}@{next(_streams)}"
+        """The started answer, which calls `finished` when it closes; if this raises, the caller does."""
         left_s = self._check_time(deadline)
-        remote = replace(request, deadline=None)
-        stream: Any = node.agent.generate.options(num_returns="streaming").remote(key, remote, left_s)
+        stream: Any = node.agent.generate.options(num_returns="streaming").remote(
+            key, replace(request, deadline=None), left_s
+        )
         lost = node.lost
 
-        def finished() -> None:
-            self.fleet.placer.finished(wanted, placement)
+        async def next_batch() -> Batch | None:
+            left_s = deadline - asyncio.get_running_loop().time()
+            return await ray_calls.next_batch(stream, lost, max(left_s, 0.0) + STUCK_AFTER_DEADLINE_S)
+
+        async def close_remote() -> Usage | None:
+            usage: Usage | None = await ray_calls.call(node.agent.close.remote(key))
+            return usage
 
         try:
-            batch = await ray_calls.next_batch(stream, lost)
+            batch = await next_batch()
             if batch is None:
                 raise NodeLost("the stream ended before it began")
             opened, events = first_events(batch, progress)
-        except BaseException as error:
-            finished()
-            if not isinstance(
-                error, CirrusError | NodeLost
-            ):  # cancelled: stop it there, and bill what it did
-                await _close_quietly(node, key, progress)
+        except (
+            asyncio.CancelledError
+        ):  # the client left or the deadline passed: stop it there, bill what it did
+            await self._close_quietly(close_remote, progress)
             raise
-
-        async def close_remote() -> Usage:
-            usage: Usage = await ray_calls.call(node.agent.close.remote(key))
-            return usage
-
-        async def next_batch() -> Batch | None:
-            return await ray_calls.next_batch(stream, lost)
-
         return RemoteGeneration(opened, events, next_batch, close_remote, progress, finished)
 
+    async def _close_quietly(self, close_remote: Callable[[], Any], progress: Progress) -> None:
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                usage: Usage | None = await close_remote()
+            if usage is not None:
+                progress.final = usage
+        except Exception:
+            log.debug("closing a stream failed", exc_info=True)
 
-async def _close_quietly(node: Node, key: str, progress: Progress) -> None:
-    try:
-        async with asyncio.timeout(3.0):
-            progress.final = await ray_calls.call(node.agent.close.remote(key))
-    except Exception:
-        log.debug("closing stream %s failed", key, exc_info=True)
+    def _drop_quietly(self, node: Node, key: str) -> None:
+        """Tell a node counted lost to drop the request, in case it was only slow: in the background, bounded."""
+
+        async def drop() -> None:
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await ray_calls.call(node.agent.close.remote(key))
+            except Exception:
+                log.debug("node %s did not take the close of %s", node.node_id[:12], key, exc_info=True)
+
+        task = asyncio.ensure_future(drop())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
 
 def _embedded(result: EmbeddingResult | None, failed: Failed | None, progress: Progress) -> EmbeddingResult:
     if failed is not None:
         see_failure(progress, failed)
-        progress.sent = failed.started
         raise failed.error
     assert result is not None
     progress.sent = True

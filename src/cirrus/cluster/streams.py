@@ -1,27 +1,33 @@
 """The generations a node agent is streaming, by the key the gateway gave each, so that a gateway can stop one it
 no longer reads and learn what its worker processed.
 
+A stream runs, then ends: its generation is closed (in a task of its own, which a cancel cannot cut short) and
+its usage recorded. A close while it runs cancels it and waits for that end; a close while it ends only waits.
 A close may arrive before its stream began (Ray may run the two calls in either order): the key is then marked
-closed, and the stream, if it comes at all, ends at once. A close may also arrive just after its stream ended
-(the gateway had not read the last batch yet): ended streams are remembered a while, with their usage.
+closed, and the stream, if it comes at all, ends at once. A close may also arrive just after the end (the gateway
+had not read the last batch yet): ended streams are remembered a while, with their usage. A close that learns
+nothing (an unknown key, say after the agent restarted) answers None, so the gateway keeps what it knew.
 """
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from cirrus.runtime.params import Usage
 
 # How long `close` waits for a stream to stop: the generation's own settle wait (service.SETTLE_WAIT_S) and some.
 CLOSE_WAIT_S = 2.0
-REMEMBERED = 10_000  # ended or closed-early streams kept, oldest forgotten first
+REMEMBERED = 10_000  # streams kept, oldest ended ones forgotten first
 
 
 @dataclass
 class _Stream:
-    task: "asyncio.Task[object] | None"
+    task: "asyncio.Task[Any] | None"  # while it runs: what a close cancels
     ended: asyncio.Event = field(default_factory=asyncio.Event)
-    usage: Usage = field(default_factory=lambda: Usage(0, 0))
+    usage: Usage | None = None
+    ending: "asyncio.Task[None] | None" = None
 
 
 class Streams:
@@ -33,23 +39,24 @@ class Streams:
         if key in self._streams:
             return False
         self._streams[key] = _Stream(asyncio.current_task())
-        self._forget_oldest()
+        self._forget_ended()
         return True
 
-    def done(self, key: str, usage: Usage) -> None:
-        stream = self._streams.get(key)
-        if stream is not None:
-            stream.usage = usage
-            stream.task = None
-            stream.ended.set()
+    async def end(self, key: str, closing: Coroutine[Any, Any, Usage]) -> None:
+        """Run the stream's closing to its end, even if the stream's own task is cancelled meanwhile, and record
+        the usage it returns."""
+        stream = self._streams[key]
+        stream.task = None  # from here a close waits; it no longer cancels
+        stream.ending = asyncio.ensure_future(self._record(stream, closing))
+        await asyncio.shield(stream.ending)
 
-    async def close(self, key: str) -> Usage:
+    async def close(self, key: str) -> Usage | None:
         stream = self._streams.get(key)
         if stream is None:  # not begun: it never will
-            ended = self._streams[key] = _Stream(None)
-            ended.ended.set()
-            self._forget_oldest()
-            return ended.usage
+            self._streams[key] = _Stream(None)
+            self._streams[key].ended.set()
+            self._forget_ended()
+            return None
         if stream.task is not None:
             stream.task.cancel()
         with contextlib.suppress(TimeoutError):
@@ -57,12 +64,16 @@ class Streams:
                 await stream.ended.wait()
         return stream.usage
 
-    def running(self) -> int:
-        return sum(1 for stream in self._streams.values() if not stream.ended.is_set())
+    @staticmethod
+    async def _record(stream: _Stream, closing: Coroutine[Any, Any, Usage]) -> None:
+        try:
+            stream.usage = await closing
+        finally:
+            stream.ended.set()
 
-    def _forget_oldest(self) -> None:
-        while len(self._streams) > REMEMBERED:
-            oldest = next(iter(self._streams))
-            if not self._streams[oldest].ended.is_set():
-                break  # never forget a running stream; a later call trims it
-            del self._streams[oldest]
+    def _forget_ended(self) -> None:
+        excess = len(self._streams) - REMEMBERED
+        if excess <= 0:
+            return
+        for key in [key for key, stream in self._streams.items() if stream.ended.is_set()][:excess]:
+            del self._streams[key]
