@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO
 
 import httpx
-from tests.services.ray_cluster import DIR_PREFIX, RAY_ENV, RayCluster
+from tests.services.ray_cluster import DIR_PREFIX, NODE_IP, RAY_ENV, RayCluster
 
 from bench.core import REQUEST_TIMEOUT_S, free_port, load_average, stop_server, verdict, wait_ready
 from bench.serving import (
@@ -119,7 +119,11 @@ def one_node_cluster(threads: int, log: IO[str]) -> Iterator[str]:
     ray = RayCluster(Path(tempfile.mkdtemp(prefix=DIR_PREFIX, dir="/tmp")))
     try:
         ray.start_head(resources={"cirrus": 1.0}, env=state_env(ray.root / "head", threads))
-        gateway_env = {**RAY_ENV, **state_env(ray.root / "gateway", threads)}
+        gateway_env = {
+            **RAY_ENV,
+            **state_env(ray.root / "gateway", threads),
+            "CIRRUS_CLUSTER_NODE_IP": NODE_IP,
+        }
         with cirrus_serve(gateway_env, log, "--cluster", ray.address) as url:
             wait_for_node(url)
             yield url

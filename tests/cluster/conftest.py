@@ -150,3 +150,12 @@ def usage_rows(state_dir: Path, request_id: str) -> int:
             "SELECT count(*) FROM usage_events WHERE request_id = ?", (request_id,)
         ).fetchone()
     return int(count)
+
+
+def usage_of(state_dir: Path, request_id: str) -> tuple[int, int]:
+    """(status, completion tokens) of a request's one usage row."""
+    with sqlite3.connect(state_dir / "cirrus.db") as db:
+        status, completion = db.execute(
+            "SELECT status, completion_tokens FROM usage_events WHERE request_id = ?", (request_id,)
+        ).fetchone()
+    return int(status), int(completion)

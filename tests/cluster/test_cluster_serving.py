@@ -20,6 +20,7 @@ from tests.cluster.conftest import (
     ClusterUnderTest,
     alive_nodes,
     chat,
+    usage_of,
     usage_rows,
 )
 from tests.integration.server import process_exists, running_server, wait_until
@@ -104,6 +105,33 @@ def test_a_crashed_agent_is_restarted_and_its_workers_do_not_leak(cluster: Clust
     assert wait_until(restarted, 30), cluster.gateway.log()[-3000:]
     assert wait_until(lambda: not any(process_exists(pid) for pid in workers), 10)
     assert chat(cluster.gateway.url, SMOLLM).status_code == 200
+
+
+def test_a_client_that_leaves_mid_stream_stops_the_generation_on_its_node(cluster: ClusterUnderTest) -> None:
+    """The cancel crosses the cluster: the node's slot is free again at once, and the request is metered as 499
+    with the tokens the node's worker really generated."""
+    body = {
+        "model": SMOLLM,
+        "messages": [{"role": "user", "content": "Count from 1 to 1000."}],
+        "max_tokens": 1500,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST", f"{cluster.gateway.url}/v1/chat/completions", json=body, timeout=120
+    ) as response:
+        request_id = response.headers["x-request-id"]
+        node = response.headers[NODE]
+        lines = response.iter_lines()
+        assert sum(1 for line, _ in zip(lines, range(20), strict=False) if line.startswith("data: ")) > 0
+
+    def settled() -> bool:
+        return sum(int(i["active_requests"]) for i in instances(cluster, SMOLLM) if i["node"] == node) == 0
+
+    assert wait_until(settled, 10)
+    assert wait_until(lambda: usage_rows(cluster.gateway_state, request_id) == 1, 10)
+    status, completion = usage_of(cluster.gateway_state, request_id)
+    assert status == 499 and 0 < completion < 1500
 
 
 def read_stream(url: str, model: str, started: threading.Event, events: list[dict[str, Any]]) -> None:

@@ -71,18 +71,22 @@ async def call(awaitable: Awaitable[T], timeout_s: float | None = None) -> T:
     try:
         async with asyncio.timeout(timeout_s):
             return await awaitable
-    except ray.exceptions.RayTaskError as error:
-        cause = error.cause
-        if isinstance(cause, CirrusError):
-            raise cause from None
-        if isinstance(cause, ray.exceptions.RayError):  # the call was cut (cancelled, its worker died)
-            raise NodeLost(type(cause).__name__) from error
-        # A bug in the agent: the same request would fail the same way on every node, so it is not retried.
-        raise InternalError(f"the node agent failed: {type(cause).__name__}") from error
     except ray.exceptions.RayError as error:
-        raise NodeLost(type(error).__name__) from error
+        raise translated(error) from error
     except TimeoutError as error:
         raise NodeLost(f"no answer within {timeout_s} s") from error
+
+
+def translated(error: "ray.exceptions.RayError") -> Exception:
+    if isinstance(error, ray.exceptions.RayTaskError):
+        cause = error.cause
+        if isinstance(cause, CirrusError):
+            return cause
+        if isinstance(cause, ray.exceptions.RayError):  # the call was cut (cancelled, its worker died)
+            return NodeLost(type(cause).__name__)
+        # A bug in the agent: the same request would fail the same way on every node, so it is not retried.
+        return InternalError(f"the node agent failed: {type(cause).__name__}")
+    return NodeLost(type(error).__name__)
 
 
 async def unless_lost(work: Awaitable[T], lost: asyncio.Event) -> T:
@@ -106,19 +110,46 @@ def _retrieved(task: "asyncio.Future[Any]") -> None:
         task.exception()
 
 
-async def next_batch(stream: Any, lost: asyncio.Event, timeout_s: float) -> Batch | None:
-    """The stream's next batch, None at its end; NodeLost as soon as the node is known lost, or when nothing
-    came within `timeout_s` (the node enforces the request's deadline itself: past it, the node is stuck)."""
-    return await unless_lost(_read_one(stream, timeout_s), lost)
+class StreamReader:
+    """Reads a node's stream of batches in a task of its own, so the answer waits on a plain queue: one task and
+    one watcher of the node's `lost` event per stream, not a few futures per batch (each batch's cost on the
+    gateway is CPU the node's engine does not get when both share a machine). Close it when done."""
 
+    def __init__(self, stream: Any, lost: asyncio.Event) -> None:
+        self._stream = stream
+        self._queue: asyncio.Queue[Batch | Exception | None] = asyncio.Queue()
+        self._reading = asyncio.ensure_future(self._read())
+        self._watching = asyncio.ensure_future(self._watch(lost))
 
-async def _read_one(stream: Any, timeout_s: float) -> Batch | None:
-    try:
-        async with asyncio.timeout(timeout_s):
-            ref = await call(stream.__anext__())
-            batch: Batch = await call(ref)
-    except StopAsyncIteration:
-        return None
-    except TimeoutError as error:
-        raise NodeLost(f"no batch within {timeout_s:.1f} s") from error
-    return batch
+    async def next(self, timeout_s: float) -> Batch | None:
+        """The next batch, None at the stream's end; NodeLost as soon as the node is known lost, or when nothing
+        came within `timeout_s` (the node enforces the request's deadline itself: past it, the node is stuck)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                item = await self._queue.get()
+        except TimeoutError as error:
+            raise NodeLost(f"no batch within {timeout_s:.1f} s") from error
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._reading.cancel()
+        self._watching.cancel()
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                batch: Batch = await (await self._stream.__anext__())
+                self._queue.put_nowait(batch)
+        except StopAsyncIteration:
+            self._queue.put_nowait(None)
+        except ray.exceptions.RayError as error:
+            self._queue.put_nowait(translated(error))
+        finally:
+            self._watching.cancel()
+
+    async def _watch(self, lost: asyncio.Event) -> None:
+        await lost.wait()
+        self._reading.cancel()
+        self._queue.put_nowait(NodeLost("the node left the cluster"))

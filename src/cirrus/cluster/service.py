@@ -165,15 +165,19 @@ class ClusterService:
         stream: Any = node.agent.generate.options(num_returns="streaming").remote(
             key, replace(request, deadline=None), left_s
         )
-        lost = node.lost
+        reader = ray_calls.StreamReader(stream, node.lost)
 
         async def next_batch() -> Batch | None:
             left_s = deadline - asyncio.get_running_loop().time()
-            return await ray_calls.next_batch(stream, lost, max(left_s, 0.0) + STUCK_AFTER_DEADLINE_S)
+            return await reader.next(max(left_s, 0.0) + STUCK_AFTER_DEADLINE_S)
 
         async def close_remote() -> Usage | None:
             usage: Usage | None = await ray_calls.call(node.agent.close.remote(key))
             return usage
+
+        def closed() -> None:
+            reader.close()
+            finished()
 
         try:
             batch = await next_batch()
@@ -183,9 +187,13 @@ class ClusterService:
         except (
             asyncio.CancelledError
         ):  # the client left or the deadline passed: stop it there, bill what it did
+            reader.close()
             await self._close_quietly(close_remote, progress)
             raise
-        return RemoteGeneration(opened, events, next_batch, close_remote, progress, finished)
+        except BaseException:
+            reader.close()
+            raise
+        return RemoteGeneration(opened, events, next_batch, close_remote, progress, closed)
 
     async def _close_quietly(self, close_remote: Callable[[], Any], progress: Progress) -> None:
         try:

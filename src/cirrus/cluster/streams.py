@@ -33,12 +33,14 @@ class _Stream:
 class Streams:
     def __init__(self) -> None:
         self._streams: dict[str, _Stream] = {}  # insertion-ordered: the oldest are forgotten first
+        self.running = 0  # streams begun and not yet ending
 
     def open(self, key: str) -> bool:
         """Called from inside the stream's own task; False if the gateway already closed it."""
         if key in self._streams:
             return False
         self._streams[key] = _Stream(asyncio.current_task())
+        self.running += 1
         self._forget_ended()
         return True
 
@@ -47,6 +49,7 @@ class Streams:
         the usage it returns."""
         stream = self._streams[key]
         stream.task = None  # from here a close waits; it no longer cancels
+        self.running -= 1
         stream.ending = asyncio.ensure_future(self._record(stream, closing))
         await asyncio.shield(stream.ending)
 
