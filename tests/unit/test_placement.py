@@ -224,6 +224,13 @@ def test_dead_nodes_are_skipped() -> None:
     assert placer.choose(REQUEST).node_id == "b"
 
 
+def test_a_node_reported_dead_is_skipped_even_where_it_was_warm() -> None:
+    placer, _ = placer_with(node("a", ready(busy=1)), node("b", cached=(MODEL,)))
+    placer.update(node("a", ready(busy=1), alive=False))
+    assert placer.choose(REQUEST).node_id == "b"
+    assert [placement.node_id for placement in placer.estimates(REQUEST)] == ["b"]
+
+
 def test_excluded_nodes_are_skipped_and_excluding_all_says_so() -> None:
     placer, _ = placer_with(node("a", ready()), node("b", cached=(MODEL,)))
     assert placer.choose(REQUEST, exclude=["a"]).node_id == "b"

@@ -52,6 +52,20 @@ async def test_concurrent_requests_queue_behind_one_cold_start() -> None:
     assert colds.count(True) == 1
 
 
+async def test_requests_queued_behind_a_cold_start_get_its_free_slots_as_soon_as_it_is_ready() -> None:
+    """Nothing else happens in the pool meanwhile (no release, no watchdog tick): the start itself must wake them."""
+    pool, launcher, _ = make_pool(delay=0.05)
+    batched = spec("batched-start", parallel=4)
+    launcher.sizes[batched.id] = 100 * MB
+    first = asyncio.ensure_future(pool.acquire(batched, deadline()))
+    await asyncio.sleep(0.01)  # the start is under way; these queue behind it
+    queued = [asyncio.ensure_future(pool.acquire(batched, deadline())) for _ in range(3)]
+    done, _ = await asyncio.wait(queued, timeout=0.5)
+    assert len(done) == 3 and len(launcher.launched) == 1
+    for lease in [await first, *(task.result() for task in queued)]:
+        lease.release()
+
+
 async def test_keep_alive_expiry_stops_the_instance_and_returns_its_memory() -> None:
     pool, launcher, clock = make_pool()
     (await pool.acquire(SMALL, deadline())).release()

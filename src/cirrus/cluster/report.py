@@ -89,7 +89,7 @@ def node_report(sources: NodeSources) -> NodeReport:
         node_id=sources.node_id,
         alive=True,
         budget_bytes=pool.budget_bytes,
-        instances=tuple(instance_view(s) for s in statuses if s.state in SERVING_STATES),
+        instances=tuple(instance_view(s) for s in statuses),  # every state: stopping ones still hold memory
         cached=frozenset(spec.id for spec in specs if catalog.is_present(spec)),
         queued={spec.id: pool.waiting(spec.id) for spec in specs if pool.waiting(spec.id)},
         measures=measures(statuses, sources),

@@ -9,7 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from cirrus.placement.view import InstanceView, NodeView
+from cirrus.placement.reported import NOTHING, Reported, group, report
+from cirrus.placement.view import NodeView
 
 
 @dataclass(frozen=True)
@@ -22,23 +23,6 @@ class PendingStart:
     slots: int
     instances_before: int  # the model's instances in the snapshot when it was sent
     expires_at: float  # forgotten after this, shown or not (the start failed, or ended unseen)
-
-
-class Reported(NamedTuple):
-    """One model's instances in a snapshot (a tuple: one is built per model and snapshot)."""
-
-    ready_slots: int = 0
-    starting_slots: int = 0
-    starting: int = 0
-    starting_since: float | None = None  # when the earliest starting instance began, if the node said
-    busy: int = 0
-    instances: int = 0  # not stopping
-    pinned_bytes: int = 0
-    used_bytes: int = 0
-    evictable_bytes: int = 0  # held by ready instances with no request, not pinned
-
-
-NOTHING = Reported()
 
 
 class ModelLoad(NamedTuple):
@@ -67,45 +51,11 @@ class ModelLoad(NamedTuple):
         return max(0, self.ready_slots - self.on_ready)
 
 
-def _report(instances: tuple[InstanceView, ...]) -> Reported:
-    """One model's instances, summed."""
-    ready_slots = starting_slots = starting = busy = serving = pinned = used = evictable = 0
-    since: float | None = None
-    for instance in instances:
-        state = instance.state
-        used += instance.memory_bytes
-        if state == "ready":
-            ready_slots += instance.slots
-            busy += instance.busy
-            if instance.busy == 0 and not instance.pinned:
-                evictable += instance.memory_bytes
-        elif state == "starting":
-            starting_slots += instance.slots
-            starting += 1
-            busy += instance.busy
-            if instance.started_at is not None:
-                since = instance.started_at if since is None else min(since, instance.started_at)
-        serving += state != "stopping"
-        pinned += instance.memory_bytes if instance.pinned else 0
-    return Reported(ready_slots, starting_slots, starting, since, busy, serving, pinned, used, evictable)
-
-
-def _group(view: NodeView) -> dict[str, tuple[InstanceView, ...]]:
-    groups: dict[str, list[InstanceView]] = {}
-    for instance in view.instances:
-        group = groups.get(instance.model)
-        if group is None:
-            groups[instance.model] = [instance]
-        else:
-            group.append(instance)
-    return {model: tuple(group) for model, group in groups.items()}
-
-
 class NodeState:
     def __init__(self, view: NodeView, now: float, previous: "NodeState | None" = None) -> None:
         """A fresh snapshot; the previous state's requests in flight and unshown pending starts carry over."""
         self.view = view
-        self.groups = _group(view)
+        self.groups = group(view)
         self.reported = self._summarise(previous)
         self._snapshot_used = sum(seen.used_bytes for seen in self.reported.values())
         self.evictable_bytes = sum(seen.evictable_bytes for seen in self.reported.values())
@@ -131,11 +81,11 @@ class NodeState:
         sums (the same objects compare equal at once, so an unchanged model costs one comparison)."""
         before = previous.groups if previous is not None else {}
         reported = {}
-        for model, group in self.groups.items():
-            if previous is not None and before.get(model) == group:
+        for model, instances in self.groups.items():
+            if previous is not None and before.get(model) == instances:
                 reported[model] = previous.reported[model]
             else:
-                reported[model] = _report(group)
+                reported[model] = report(instances)
         return reported
 
     def _reuse(self, previous: "NodeState", model: str) -> bool:

@@ -5,25 +5,21 @@ prefix cache); a busy instance, if its queue is shorter than a cold start elsewh
 node's own disk; a pull from the registry, then a cold start. A node snapshot (`update`) replaces what was known
 of it; between snapshots the placer counts what it sent there itself (`placed`, `finished`).
 
-A decision evaluates a bounded number of nodes, found through indexes kept up to date as snapshots and
-placements arrive: per model, its warm nodes ranked by how soon a slot frees, and the nodes caching it; and
-all nodes by free memory and by memory they could free. Only when none of those can take the request are all
-nodes evaluated (a fleet whose memory is all busy).
+A decision evaluates a bounded number of nodes, found through indexes (indexes.py). When none of those can
+take the request and even the node with the most memory to free lacks room, the request waits for memory
+there; only if something else stopped them (pinned memory, max_instances, exclusions) are all nodes evaluated.
 """
 
 import time
 from collections.abc import Callable, Collection, Iterable
 
 from cirrus.placement.estimate import Defaults, bucket, cold_start_s, pull_s
+from cirrus.placement.indexes import FleetIndex
 from cirrus.placement.node_state import NodeState, PendingStart
-from cirrus.placement.options import Option, evaluate, warm_rank
-from cirrus.placement.ranked import RankedSet, RotatingSet
+from cirrus.placement.options import Option, evaluate
 from cirrus.placement.sessions import SessionTable
 from cirrus.placement.view import NodeView, Placement, PlacementRequest
 
-WARM_LOOK = 4  # warm nodes evaluated per decision, best ranked first
-COLD_LOOK = 8  # nodes evaluated from each memory index, and from a model's cached nodes in turn
-ALL_CACHED = 16  # a model cached on at most this many nodes has every one of them evaluated
 MIB = 1024 * 1024
 DEFAULTS = Defaults()
 
@@ -37,10 +33,7 @@ class Placer:
         self._clock = clock
         self._defaults = defaults
         self._nodes: dict[str, NodeState] = {}
-        self._warm: dict[str, RankedSet] = {}
-        self._cached: dict[str, RotatingSet] = {}
-        self._by_free = RankedSet()
-        self._by_room = RankedSet()
+        self._index = FleetIndex(self._nodes, defaults)
         self._sessions = SessionTable(defaults.affinity_keys)
 
     # -- what nodes report ------------------------------------------------------------------------------------
@@ -48,16 +41,16 @@ class Placer:
     def update(self, node: NodeView) -> None:
         """A fresh snapshot replaces what was known of that node."""
         old = self._nodes.get(node.node_id)
-        state = NodeState(node, self._clock(), old)
+        now = self._clock()
+        state = NodeState(node, now, old)
         self._nodes[node.node_id] = state
-        self._index_cached(old, state)
-        self._index_node(state, _changed_models(old, state))
+        self._index.node_updated(old, state, now)
 
     def remove(self, node_id: str) -> None:
         """A node that left or died."""
         old = self._nodes.pop(node_id, None)
         if old is not None:
-            self._unindex(old)
+            self._index.node_removed(old)
 
     def nodes(self) -> list[NodeView]:
         return [state.view for state in self._nodes.values()]
@@ -71,14 +64,26 @@ class Placer:
         affine = self._affine_option(request, skip, now)
         if affine is not None and affine.rule == "warm":
             return _placement(affine)
-        options = self._evaluate(request, self._warm_candidates(request.model, skip), now)
+        options = self._evaluate(request, self._index.warm(request.model, skip), now)
         best = self._best(options)
         if best is None or best.rule != "warm":
-            options += self._evaluate(request, self._cold_candidates(request, skip), now)
+            options += self._evaluate(
+                request, self._index.cold(request.model, request.memory_bytes, skip), now
+            )
             best = self._best(options) or self._fallback(request, skip, now)
         if affine is not None and self._bucket(affine) <= self._bucket(best):
             return _placement(affine)
         return _placement(best)
+
+    def estimates(self, request: PlacementRequest) -> list[Placement]:
+        """Every live node's answer to the request, by evaluating each one: for explaining a decision (admin
+        pages, tests), not for the request path."""
+        now = self._clock()
+        options = self._evaluate(request, (s.node_id for s in self._nodes.values() if s.view.alive), now)
+        return [
+            _placement(option)
+            for option in sorted(options, key=lambda o: o.key(self._defaults.tie_tolerance))
+        ]
 
     def placed(self, request: PlacementRequest, placement: Placement) -> None:
         """A request was sent there: count it until `finished`, and a cold start as starting until shown."""
@@ -90,7 +95,7 @@ class Placer:
         state.add_inflight(request.model, 1)
         if placement.rule in ("cached", "pull"):
             state.add_pending(self._pending_start(state, request, placement))
-        self._index_node(state, (request.model,))
+        self._index.models_changed(state, (request.model,), self._clock())
 
     def finished(self, request: PlacementRequest, placement: Placement) -> None:
         """That request ended, however it ended."""
@@ -98,7 +103,7 @@ class Placer:
         if state is None or not state.view.alive:
             return
         state.add_inflight(request.model, -1)
-        self._index_node(state, (request.model,))
+        self._index.models_changed(state, (request.model,), self._clock())
 
     # -- candidates -------------------------------------------------------------------------------------------
 
@@ -111,31 +116,11 @@ class Placer:
         option = evaluate(state, request, now, self._defaults)
         return option if option is not None and option.rule in ("warm", "busy") else None
 
-    def _warm_candidates(self, model: str, skip: Collection[str]) -> list[str]:
-        ranked = self._warm.get(model)
-        if ranked is None:
-            return []
-        return ranked.smallest(WARM_LOOK, lambda node_id: node_id not in skip, WARM_LOOK + len(skip))
-
-    def _cold_candidates(self, request: PlacementRequest, skip: Collection[str]) -> list[str]:
-        """Nodes that could start the model: those caching it (all, or a few in turn), those with the most free
-        memory, and, if even the freest cannot start it without evicting, those with the most memory to free."""
-
-        def allowed(node_id: str) -> bool:
-            return node_id not in skip
-
-        cached = self._cached.get(request.model, RotatingSet())
-        found = list(cached) if len(cached) <= ALL_CACHED else cached.next_few(COLD_LOOK)
-        freest = self._by_free.smallest(COLD_LOOK, allowed, COLD_LOOK + len(skip))
-        found += freest
-        if not freest or self._nodes[freest[0]].free_bytes < request.memory_bytes:
-            found += self._by_room.smallest(COLD_LOOK, allowed, COLD_LOOK + len(skip))
-        return [node_id for node_id in found if node_id not in skip]
-
     def _evaluate(self, request: PlacementRequest, node_ids: Iterable[str], now: float) -> list[Option]:
         options = []
         for node_id in dict.fromkeys(node_ids):
-            option = evaluate(self._nodes[node_id], request, now, self._defaults)
+            state = self._nodes[node_id]
+            option = evaluate(state, request, now, self._defaults) if state.view.alive else None
             if option is not None:
                 options.append(option)
         return options
@@ -151,9 +136,9 @@ class Placer:
                 and self._nodes[node_id].capacity_for(request.model) >= request.memory_bytes
             )
 
-        roomiest = self._by_room.smallest(1, fits_ever, 4 * COLD_LOOK + len(skip))
-        if roomiest and self._nodes[roomiest[0]].room_bytes < request.memory_bytes:
-            return self._memory_wait(self._nodes[roomiest[0]], request)
+        roomiest = self._index.roomiest(fits_ever, len(skip))
+        if roomiest is not None and self._nodes[roomiest].room_bytes < request.memory_bytes:
+            return self._memory_wait(self._nodes[roomiest], request)
         live = [state for state in self._nodes.values() if state.view.alive]
         allowed = [state for state in live if state.node_id not in skip]
         best = self._best(self._evaluate(request, (state.node_id for state in allowed), now))
@@ -188,44 +173,6 @@ class Placer:
             f" ({largest.node_id}{f', {pinned // MIB} MiB of it pinned' if pinned else ''})"
         )
 
-    # -- indexes ----------------------------------------------------------------------------------------------
-
-    def _index_cached(self, old: NodeState | None, state: NodeState) -> None:
-        before = old.view.cached if old is not None and old.view.alive else frozenset()
-        after = state.view.cached if state.view.alive else frozenset()
-        if before == after:
-            return
-        for model in before - after:
-            self._cached[model].discard(state.node_id)
-        for model in after - before:
-            self._cached.setdefault(model, RotatingSet()).add(state.node_id)
-
-    def _index_node(self, state: NodeState, models: Iterable[str]) -> None:
-        if not state.view.alive:
-            self._unindex(state)
-            return
-        node_id, now = state.node_id, self._clock()
-        for model in models:
-            load = state.loads.get(model)
-            if load is not None and load.serving:
-                self._warm.setdefault(model, RankedSet()).set(
-                    node_id, warm_rank(state, model, now, self._defaults)
-                )
-            elif model in self._warm:
-                self._warm[model].discard(node_id)
-        self._by_free.set(node_id, (-state.free_bytes, state.occupied_total))
-        self._by_room.set(node_id, (-state.room_bytes, state.occupied_total))
-
-    def _unindex(self, state: NodeState) -> None:
-        node_id = state.node_id
-        for model in state.view.cached:
-            if model in self._cached:
-                self._cached[model].discard(node_id)
-        for ranked in (self._warm[model] for model in state.loads if model in self._warm):
-            ranked.discard(node_id)
-        self._by_free.discard(node_id)
-        self._by_room.discard(node_id)
-
     # -- helpers ----------------------------------------------------------------------------------------------
 
     def _pending_start(
@@ -253,17 +200,3 @@ class Placer:
 
 def _placement(option: Option) -> Placement:
     return Placement(option.node_id, option.rule, option.estimate_s)
-
-
-def _changed_models(old: NodeState | None, new: NodeState) -> list[str]:
-    """Models whose place in the warm index may have moved: their load changed, or (new measures) they have no
-    free slot, so their rank is a wait that depends on the measured service time."""
-    if old is None:
-        return list(new.loads)
-    remeasured = old.view.measures is not new.view.measures and old.view.measures != new.view.measures
-    changed = [model for model in old.loads if model not in new.loads]
-    for model, load in new.loads.items():
-        before = old.loads.get(model)
-        if (before is not load and before != load) or (remeasured and load.free_ready == 0):
-            changed.append(model)
-    return changed

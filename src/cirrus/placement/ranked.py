@@ -10,8 +10,8 @@ Key = tuple[Any, ...]
 
 
 class RankedSet:
-    """Members (node ids) with a sort key, smallest first. Setting a key costs O(log n); replaced entries stay in
-    the heap until they surface and are skipped, and the heap is rebuilt when they outnumber the live ones."""
+    """Members (node ids) with a sort key, smallest first. Setting a key costs O(log n) amortised; replaced
+    entries stay in the heap until they surface (then dropped) or outnumber the live ones (then rebuilt)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[Key, str, int]] = []
@@ -31,11 +31,24 @@ class RankedSet:
         version = next(self._versions)
         self._current[member] = (key, version)
         heapq.heappush(self._heap, (key, member, version))
-        if len(self._heap) > 2 * len(self._current) + 64:
-            self._rebuild()
+        self._settle()
 
     def discard(self, member: str) -> None:
-        self._current.pop(member, None)
+        if self._current.pop(member, None) is not None:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Drop replaced entries from the top (each is dropped once, so this is paid by the changes that made
+        them, not by a later lookup), and rebuild when the ones deeper down outnumber the live."""
+        heap, current = self._heap, self._current
+        while heap:
+            _, member, version = heap[0]
+            live = current.get(member)
+            if live is not None and live[1] == version:
+                break
+            heapq.heappop(heap)
+        if len(heap) > 2 * len(current) + 64:
+            self._rebuild()
 
     def smallest(self, count: int, accept: Callable[[str], bool], looked_at: int) -> list[str]:
         """Up to `count` accepted members in key order, looking at no more than `looked_at` live ones."""

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Rule = Literal["warm", "busy", "cached", "pull"]
-SERVING_STATES = frozenset({"starting", "ready"})
 
 
 @dataclass(frozen=True)

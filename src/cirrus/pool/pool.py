@@ -277,6 +277,7 @@ class Pool:
         instance.load_s = time.perf_counter() - started
         worker.on_exit(lambda: self._on_worker_exit(instance))
         self._share_cores()
+        self._spawn_notify()  # requests queued behind the start take its free slots now
         log.info(
             "cold-started %s (%s, pid %s) in %.2fs",
             instance.spec.id,
