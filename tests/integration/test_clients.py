@@ -407,9 +407,10 @@ def test_cli_ps(server: Server) -> None:
     pids = {str(i["pid"]) for i in server.instances() if i["model"] == SMOLLM}
     done = cli("ps", "--url", server.url)
     assert done.returncode == 0, done.stderr
-    rows = [line.split() for line in done.stdout.splitlines()[1:] if line.startswith(SMOLLM)]
+    assert done.stdout.split()[0] == "NODE"
+    rows = [line.split() for line in done.stdout.splitlines()[1:] if line.split()[1:2] == [SMOLLM]]
     assert rows, done.stdout
-    assert any(row[2] == "ready" and row[3] in pids for row in rows), done.stdout
+    assert any(row[0] == "local" and row[3] == "ready" and row[4] in pids for row in rows), done.stdout
     assert any(row[-2] == "in" and row[-1].endswith("s") for row in rows), done.stdout
 
 
