@@ -110,16 +110,8 @@ def test_a_crashed_agent_is_restarted_and_its_workers_do_not_leak(cluster: Clust
 def test_a_client_that_leaves_mid_stream_stops_the_generation_on_its_node(cluster: ClusterUnderTest) -> None:
     """The cancel crosses the cluster: the node's slot is free again at once, and the request is metered as 499
     with the tokens the node's worker really generated."""
-    body = {
-        "model": SMOLLM,
-        "messages": [{"role": "user", "content": "Count from 1 to 1000."}],
-        "max_tokens": 1500,
-        "temperature": 0,
-        "stream": True,
-    }
-    with httpx.stream(
-        "POST", f"{cluster.gateway.url}/v1/chat/completions", json=body, timeout=120
-    ) as response:
+    url = f"{cluster.gateway.url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=long_stream(SMOLLM), timeout=120) as response:
         request_id = response.headers["x-request-id"]
         node = response.headers[NODE]
         lines = response.iter_lines()
@@ -134,15 +126,19 @@ def test_a_client_that_leaves_mid_stream_stops_the_generation_on_its_node(cluste
     assert status == 499 and 0 < completion < 1500
 
 
-def read_stream(url: str, model: str, started: threading.Event, events: list[dict[str, Any]]) -> None:
-    body = {
+def long_stream(model: str) -> dict[str, Any]:
+    """A streamed chat request that runs for seconds: long enough to leave it, or to kill its node, midway."""
+    return {
         "model": model,
         "messages": [{"role": "user", "content": "Count from 1 to 1000."}],
         "max_tokens": 1500,
         "temperature": 0,
         "stream": True,
     }
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as response:
+
+
+def read_stream(url: str, model: str, started: threading.Event, events: list[dict[str, Any]]) -> None:
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=long_stream(model), timeout=120) as response:
         events.append({"node": response.headers.get(NODE), "request_id": response.headers["x-request-id"]})
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":

@@ -3,9 +3,9 @@ see of it. `cirrus serve --cluster ADDRESS` opens one; the single-node path neve
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 from cirrus.catalog import Catalog, ModelSpec
 from cirrus.cluster import ray_calls
@@ -18,6 +18,7 @@ from cirrus.observability.fleet_collector import NodeMetrics
 from cirrus.placement.placer import NoNodeFits, Placer
 from cirrus.store.gguf import MetaValue
 
+T = TypeVar("T")
 METADATA_TIMEOUT_S = 60.0  # reading a GGUF's metadata walks its vocabulary: a big model's takes seconds
 PREWARM_TIMEOUT_S = 600.0  # a cold start, pull included
 
@@ -32,6 +33,14 @@ def cluster_address(address: str) -> str:
     return address
 
 
+async def asked(work: Awaitable[T], timeout_s: float, whom: str) -> T:
+    """An agent's answer; a node that does not give one is a 503 the caller may retry."""
+    try:
+        return await ray_calls.call(work, timeout_s)
+    except NodeLost as error:
+        raise NoNodeAvailable(f"{whom} did not answer", retry_after_s=1.0) from error
+
+
 class ClusterModelFiles:
     """What the gateway's chat-family lookup reads of a model's file, asked of a node that holds it. A model no
     live node holds reads as not installed, so the lookup moves on to its fallbacks rather than pull it anywhere."""
@@ -43,14 +52,10 @@ class ClusterModelFiles:
     async def metadata(self, spec: ModelSpec) -> dict[str, MetaValue]:
         if spec.id not in self._known:
             node = self._holder(spec)
-            try:
-                template: dict[str, MetaValue] = await ray_calls.call(
-                    node.agent.chat_template.remote(spec.id), METADATA_TIMEOUT_S
-                )
-            except NodeLost as error:
-                raise NoNodeAvailable(
-                    f"the node holding {spec.id} did not answer", retry_after_s=1.0
-                ) from error
+            work: Any = node.agent.chat_template.remote(spec.id)
+            template: dict[str, MetaValue] = await asked(
+                work, METADATA_TIMEOUT_S, f"the node holding {spec.id}"
+            )
             self._known[spec.id] = template
         return self._known[spec.id]
 
@@ -114,14 +119,8 @@ class Cluster:
         node = self.fleet.placeable(placement.node_id)
         if node is None:
             raise NoNodeAvailable(f"the node chosen for {spec.id} just left", retry_after_s=1.0)
-        try:
-            status: dict[str, Any] = await ray_calls.call(
-                node.agent.prewarm.remote(spec.id), PREWARM_TIMEOUT_S
-            )
-        except NodeLost as error:
-            raise NoNodeAvailable(
-                f"the node chosen for {spec.id} did not answer", retry_after_s=1.0
-            ) from error
+        work: Any = node.agent.prewarm.remote(spec.id)
+        status: dict[str, Any] = await asked(work, PREWARM_TIMEOUT_S, f"the node chosen for {spec.id}")
         return {**status, "node": node.node_id}
 
     async def unload(self, model: str) -> int:
