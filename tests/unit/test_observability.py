@@ -364,6 +364,7 @@ def test_a_cluster_gateway_labels_its_gauges_by_node_and_counts_placements() -> 
     metrics.placed(MODEL, "warm", "node-a")
     metrics.placed(MODEL, "warm", "node-a")
     metrics.placed(MODEL, "pull", "node-b")
+    metrics.observe_cold_start(MODEL, {"load_s": 0.3}, "node-b")
     found = samples(metrics)
     assert value(found, "cirrus_nodes", alive="true") == 1
     assert value(found, "cirrus_nodes", alive="false") == 1
@@ -373,6 +374,8 @@ def test_a_cluster_gateway_labels_its_gauges_by_node_and_counts_placements() -> 
     assert value(found, "cirrus_active_requests", node="node-a", model=MODEL) == 2
     assert value(found, "cirrus_placements_total", model=MODEL, rule="warm", node="node-a") == 2
     assert value(found, "cirrus_placements_total", model=MODEL, rule="pull", node="node-b") == 1
+    assert value(found, "cirrus_cold_starts_total", model=MODEL, node="node-b") == 1
+    assert value(found, "cirrus_cold_start_seconds_sum", model=MODEL, phase="load", node="node-b") == 0.3
 
 
 def test_a_failing_fleet_reading_leaves_the_other_metrics() -> None:

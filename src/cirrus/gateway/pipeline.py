@@ -264,7 +264,7 @@ class Pipeline:
             call.response_headers[NODE_HEADER] = generation.node_id
         if generation.cold_start:
             phases = generation.cold_start_phases()
-            self.parts.metrics.observe_cold_start(model.id, phases)
+            self.parts.metrics.observe_cold_start(model.id, phases, generation.node_id)
         events = filtered(generation, self.parts.output_filter(model))
 
         def on_end(finished: Finished | None, error: CirrusError | None, text: str) -> None:

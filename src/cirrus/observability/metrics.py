@@ -38,11 +38,15 @@ class Metrics:
         self._tokens = self._counter("cirrus_tokens", "Tokens processed", ["model", "kind"])
         self._neurons = self._counter("cirrus_neurons", "Neurons billed", ["model"])
         self._cache = self._counter("cirrus_cache_lookups", "Response cache lookups", ["model", "result"])
-        self._cold_starts = self._counter("cirrus_cold_starts", "Instances cold-started", ["model"])
+        # On a cluster gateway cold starts are counted per node too; a single node has one.
+        self._node_label = ["node"] if fleet is not None else []
+        self._cold_starts = self._counter(
+            "cirrus_cold_starts", "Instances cold-started", ["model", *self._node_label]
+        )
         self._cold_start_phases = Histogram(
             "cirrus_cold_start_seconds",
             "Cold start time by phase",
-            ["model", "phase"],
+            ["model", "phase", *self._node_label],
             buckets=SECONDS_BUCKETS,
             registry=self.registry,
         )
@@ -96,10 +100,12 @@ class Metrics:
         self._neurons.labels(model).inc(record.neurons)
         self._cache.labels(model, record.cache_status.lower()).inc()
 
-    def observe_cold_start(self, model: str, phases: Mapping[str, float]) -> None:
-        self._cold_starts.labels(model).inc()
+    def observe_cold_start(self, model: str, phases: Mapping[str, float], node: str | None = None) -> None:
+        """`node`: the cluster node that started the instance (counted only on a cluster gateway)."""
+        where = [node or ""] if self._node_label else []
+        self._cold_starts.labels(model, *where).inc()
         for phase, seconds in phases.items():
-            self._cold_start_phases.labels(model, phase_label(phase)).observe(seconds)
+            self._cold_start_phases.labels(model, phase_label(phase), *where).observe(seconds)
 
     def placed(self, model: str, rule: str, node: str) -> None:
         """A cluster gateway sent a request to `node` by `rule` (warm, busy, cached or pull)."""
