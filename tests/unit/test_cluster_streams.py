@@ -27,41 +27,72 @@ async def test_a_close_stops_a_running_stream_and_returns_its_usage() -> None:
     streams = Streams()
     began = asyncio.Event()
 
-    async def stream() -> None:
-        assert streams.open("k")
+    async def work() -> None:
         began.set()
         try:
             await asyncio.sleep(60)
         finally:
             await streams.end("k", closing_with(Usage(12, 3)))
 
-    task = asyncio.create_task(stream())
+    task = streams.open("k", work)
+    assert task is not None and streams.running == 1
     await began.wait()
     assert await streams.close("k") == Usage(12, 3)
     await asyncio.wait({task}, timeout=1)
-    assert task.cancelled()
+    assert task.cancelled() and streams.running == 0
 
 
 async def test_a_close_while_the_stream_ends_waits_for_its_usage_without_cutting_it_short() -> None:
     streams = Streams()
-    assert streams.open("k")
-    ending = asyncio.create_task(streams.end("k", closing_with(Usage(30, 20), delay_s=0.05)))
+
+    async def work() -> None:
+        await streams.end("k", closing_with(Usage(30, 20), delay_s=0.05))
+
+    task = streams.open("k", work)
     await asyncio.sleep(0)
     assert await streams.close("k") == Usage(30, 20)
-    await ending
+    assert task is not None
+    await task
 
 
 async def test_a_close_before_the_stream_began_refuses_the_stream() -> None:
     streams = Streams()
     assert await streams.close("k") is None  # nothing known: the gateway keeps its own figures
-    assert not streams.open("k")
+    started = []
+
+    async def work() -> None:
+        started.append(True)
+
+    assert streams.open("k", work) is None
+    await asyncio.sleep(0)
+    assert started == [] and streams.running == 0
 
 
 async def test_a_close_just_after_the_end_returns_the_final_usage() -> None:
     streams = Streams()
-    assert streams.open("k")
-    await streams.end("k", closing_with(Usage(7, 9)))
+
+    async def work() -> None:
+        await streams.end("k", closing_with(Usage(7, 9)))
+
+    task = streams.open("k", work)
+    assert task is not None
+    await task
     assert await streams.close("k") == Usage(7, 9)
+
+
+async def test_a_closing_that_fails_leaves_the_usage_unknown() -> None:
+    streams = Streams()
+
+    async def broken() -> Usage:
+        raise RuntimeError("the worker's exit path failed")
+
+    async def work() -> None:
+        await streams.end("k", broken())
+
+    task = streams.open("k", work)
+    assert task is not None
+    await task
+    assert await streams.close("k") is None
 
 
 def test_first_events_raise_the_nodes_error_with_what_it_processed() -> None:

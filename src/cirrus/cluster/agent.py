@@ -80,11 +80,26 @@ class NodeAgent:
         return await self.platform.pool.unload(model)
 
     async def generate(self, key: str, request: InferenceRequest, left_s: float) -> AsyncIterator[Batch]:
-        """Stream one generation as batches (see `cirrus.cluster.wire`). `key` names it for `close`."""
+        """Stream one generation as batches (see `cirrus.cluster.wire`). `key` names it for `close`.
+
+        The generation runs in a task of the agent's own that fills an outbox; this generator only relays it.
+        A close cancels that task, never Ray's: Ray's cancel may land while Ray reports a batch, outside this
+        generator, and leave it suspended, with nothing to stop the work it relays."""
         request = replace(request, deadline=asyncio.get_running_loop().time() + left_s)
         await self.ready()
-        if not self._streams.open(key):
+        outbox: asyncio.Queue[Batch | None] = asyncio.Queue()
+        work = self._streams.open(key, lambda: self._stream(key, request, outbox))
+        if work is None:
             return  # closed before it began
+        try:
+            while (batch := await outbox.get()) is not None:
+                yield batch
+        finally:
+            work.cancel()  # the gateway stopped reading: stop the work (a no-op once it ended)
+
+    async def _stream(
+        self, key: str, request: InferenceRequest, outbox: "asyncio.Queue[Batch | None]"
+    ) -> None:
         progress = Progress()
         began = time.monotonic()
         generation: Generation | None = None
@@ -92,7 +107,7 @@ class NodeAgent:
             try:
                 generation = await self.platform.service.start(request, progress)
             except CirrusError as error:
-                yield [Failed(error, progress.usage(), progress.started)]
+                outbox.put_nowait([Failed(error, progress.usage(), progress.started)])
                 return
             opened = Opened(
                 self.node_id,
@@ -102,8 +117,9 @@ class NodeAgent:
                 generation.cold_start_phases(),
             )
             async for batch in _batches(generation, opened, progress, self._batch_window):
-                yield batch
+                outbox.put_nowait(batch)
         finally:
+            outbox.put_nowait(None)
             await self._streams.end(key, self._closed(generation, progress, request.model, began))
 
     def _batch_window(self) -> float:

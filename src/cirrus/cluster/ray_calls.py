@@ -146,6 +146,9 @@ class StreamReader:
             self._queue.put_nowait(None)
         except ray.exceptions.RayError as error:
             self._queue.put_nowait(translated(error))
+        except Exception as error:  # e.g. a batch that cannot be unpickled: the answer ends with an error
+            log.exception("reading a node's stream failed")
+            self._queue.put_nowait(InternalError(f"reading the node's stream failed: {type(error).__name__}"))
         finally:
             self._watching.cancel()
 

@@ -11,12 +11,14 @@ nothing (an unknown key, say after the agent restarted) answers None, so the gat
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from cirrus.runtime.params import Usage
 
+log = logging.getLogger(__name__)
 # How long `close` waits for a stream to stop: the generation's own settle wait (service.SETTLE_WAIT_S) and some.
 CLOSE_WAIT_S = 2.0
 REMEMBERED = 10_000  # streams kept, oldest ended ones forgotten first
@@ -24,7 +26,7 @@ REMEMBERED = 10_000  # streams kept, oldest ended ones forgotten first
 
 @dataclass
 class _Stream:
-    task: "asyncio.Task[Any] | None"  # while it runs: what a close cancels
+    task: "asyncio.Task[None] | None"  # while it runs: what a close cancels
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     usage: Usage | None = None
     ending: "asyncio.Task[None] | None" = None
@@ -35,14 +37,16 @@ class Streams:
         self._streams: dict[str, _Stream] = {}  # insertion-ordered: the oldest are forgotten first
         self.running = 0  # streams begun and not yet ending
 
-    def open(self, key: str) -> bool:
-        """Called from inside the stream's own task; False if the gateway already closed it."""
+    def open(self, key: str, work: Callable[[], Coroutine[Any, Any, None]]) -> "asyncio.Task[None] | None":
+        """Start the stream's work in a task of its own (what a close cancels); None if the gateway already
+        closed it."""
         if key in self._streams:
-            return False
-        self._streams[key] = _Stream(asyncio.current_task())
+            return None
+        task = asyncio.ensure_future(work())
+        self._streams[key] = _Stream(task)
         self.running += 1
         self._forget_ended()
-        return True
+        return task
 
     async def end(self, key: str, closing: Coroutine[Any, Any, Usage]) -> None:
         """Run the stream's closing to its end, even if the stream's own task is cancelled meanwhile, and record
@@ -69,14 +73,22 @@ class Streams:
 
     @staticmethod
     async def _record(stream: _Stream, closing: Coroutine[Any, Any, Usage]) -> None:
+        """A closing that fails leaves the usage unknown (None): the gateway keeps its last tally."""
         try:
             stream.usage = await closing
+        except Exception:
+            log.exception("closing a stream failed")
         finally:
             stream.ended.set()
 
     def _forget_ended(self) -> None:
+        """The oldest ended streams beyond REMEMBERED, found in insertion order (so it stops early)."""
         excess = len(self._streams) - REMEMBERED
-        if excess <= 0:
-            return
-        for key in [key for key, stream in self._streams.items() if stream.ended.is_set()][:excess]:
+        doomed: list[str] = []
+        for key, stream in self._streams.items():
+            if len(doomed) >= excess:
+                break
+            if stream.ended.is_set():
+                doomed.append(key)
+        for key in doomed:
             del self._streams[key]
