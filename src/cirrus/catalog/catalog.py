@@ -30,6 +30,10 @@ class Catalog:
         self._specs = {spec.id: spec for spec in specs}
         self.cache_dir = cache_dir
 
+    def specs(self) -> list[ModelSpec]:
+        """Every model's spec, without looking for its file (`entries` does)."""
+        return list(self._specs.values())
+
     def entries(self) -> list[CatalogEntry]:
         return [CatalogEntry(spec, self.is_installed(spec)) for spec in self._specs.values()]
 

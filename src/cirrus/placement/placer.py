@@ -17,8 +17,8 @@ from cirrus.placement.estimate import Defaults, bucket, cold_start_s, pull_s
 from cirrus.placement.indexes import FleetIndex
 from cirrus.placement.node_state import NodeState, PendingStart
 from cirrus.placement.options import Option, evaluate
-from cirrus.placement.sessions import SessionTable
 from cirrus.placement.view import NodeView, Placement, PlacementRequest
+from cirrus.pool.affinity import AffinityTable
 
 MIB = 1024 * 1024
 DEFAULTS = Defaults()
@@ -34,7 +34,7 @@ class Placer:
         self._defaults = defaults
         self._nodes: dict[str, NodeState] = {}
         self._index = FleetIndex(self._nodes, defaults)
-        self._sessions = SessionTable(defaults.affinity_keys)
+        self._sessions = AffinityTable(defaults.affinity_keys)  # key -> node id
 
     # -- what nodes report ------------------------------------------------------------------------------------
 

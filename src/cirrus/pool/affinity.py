@@ -1,4 +1,6 @@
-"""Which instance served a session last (the `x-session-affinity` header), remembered for a bounded number."""
+"""What served a session last (the `x-session-affinity` header): an instance in a pool, a node in a cluster;
+remembered for a bounded number of keys, the least recently used forgotten first. No other import, so the pure
+placement package can use it too."""
 
 from collections import OrderedDict
 
@@ -8,16 +10,16 @@ MAX_SESSIONS = 10_000
 class AffinityTable:
     def __init__(self, capacity: int = MAX_SESSIONS) -> None:
         self._capacity = capacity
-        self._instances: OrderedDict[str, str] = OrderedDict()
+        self._served: OrderedDict[str, str] = OrderedDict()
 
     def get(self, key: str) -> str | None:
-        instance = self._instances.get(key)
-        if instance is not None:
-            self._instances.move_to_end(key)
-        return instance
+        served = self._served.get(key)
+        if served is not None:
+            self._served.move_to_end(key)
+        return served
 
-    def remember(self, key: str, instance_id: str) -> None:
-        self._instances[key] = instance_id
-        self._instances.move_to_end(key)
-        while len(self._instances) > self._capacity:
-            self._instances.popitem(last=False)
+    def remember(self, key: str, served_by: str) -> None:
+        self._served[key] = served_by
+        self._served.move_to_end(key)
+        while len(self._served) > self._capacity:
+            self._served.popitem(last=False)
