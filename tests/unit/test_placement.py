@@ -133,9 +133,16 @@ def test_the_pull_estimate_grows_with_size_and_shrinks_with_measured_bandwidth()
     fast = placer.choose(REQUEST)
     assert small.rule == large.rule == fast.rule == "pull"
     assert large.estimated_ttft_s > small.estimated_ttft_s > fast.estimated_ttft_s
-    pull = 3 * GB / defaults.pull_bytes_per_s
+    pull = defaults.pull_setup_s + 3 * GB / defaults.pull_bytes_per_s
     load = defaults.process_start_s + 3 * GB / defaults.load_bytes_per_s
     assert small.estimated_ttft_s == pytest.approx(pull + load + defaults.first_token_s)
+
+
+def test_a_model_of_unknown_size_starts_where_it_is_cached_rather_than_pulled_elsewhere() -> None:
+    """Before any node estimated the model (sizes 0), a pull must still cost more than a start from disk."""
+    placer, _ = placer_with(node("a"), node("b", cached=(MODEL,)))
+    placement = placer.choose(PlacementRequest(MODEL, memory_bytes=0, artifact_bytes=0))
+    assert (placement.node_id, placement.rule) == ("b", "cached")
 
 
 def test_a_node_with_faster_measured_pulls_is_chosen() -> None:

@@ -16,6 +16,9 @@ class Defaults:
     load_bytes_per_s: float = 1.1e9
     # oras pulls a 98 MB GGUF from a registry on 127.0.0.1 in under a second (DESIGN.md, "Other facts measured").
     pull_bytes_per_s: float = 1.0e8
+    # Before the weights, a pull asks the registry for a token, the manifest and the config: a few round trips
+    # (assumed). It keeps a pull dearer than a start from disk even while a model's size is not yet known.
+    pull_setup_s: float = 0.1
     # Python plus `import llama_cpp`, 140-148 ms, when no spare process is ready (docs/design-notes.md).
     process_start_s: float = 0.15
     # A warm request's first token: 15.7-23.5 ms over HTTP (bench/RESULTS.md, "Cirrus warm (HTTP SSE): TTFT").
@@ -42,7 +45,8 @@ def cold_start_s(measures: NodeMeasures, request: PlacementRequest, defaults: De
 
 
 def pull_s(measures: NodeMeasures, request: PlacementRequest, defaults: Defaults) -> float:
-    return request.artifact_bytes / (measures.pull_bytes_per_s or defaults.pull_bytes_per_s)
+    bandwidth = measures.pull_bytes_per_s or defaults.pull_bytes_per_s
+    return defaults.pull_setup_s + request.artifact_bytes / bandwidth
 
 
 def service_s(measures: NodeMeasures, model: str, defaults: Defaults) -> float:
