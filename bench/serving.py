@@ -59,7 +59,7 @@ from bench.core import (
     warm_page_cache,
 )
 from cirrus.catalog import DEFAULT_MODEL
-from cirrus.runtime.prefix import common_prefix
+from cirrus.runtime.prefix_index import common_prefix
 
 T = TypeVar("T")
 Prompt = str | list[dict[str, str]]

@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 from cirrus.catalog import Catalog, ModelSpec
 from cirrus.errors import InternalError, InvalidInput, WorkerCrashed
 from cirrus.pool import Lease, Pool
+from cirrus.pool.prompt_keys import prompt_chain
 from cirrus.runtime.embedding import EmbeddingInput, Embeddings
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.params import GenerationInput, Usage
@@ -221,8 +222,9 @@ class InferenceService:
         """A worker that died before it admitted the request (it had just exited, or died with the request still
         queued in it) did no work for it: that is tried again, once, on another instance, within the same
         deadline. A crash after admission is the caller's 502: the request may be what crashed it."""
+        chain = prompt_chain(request.inputs)
         for attempt in (1, 2):
-            lease = await self.pool.acquire(spec, deadline, request.affinity)
+            lease = await self.pool.acquire(spec, deadline, request.affinity, chain=chain)
             events = lease.worker.generate(request.request_id, request.inputs, deadline, progress)
             try:
                 first = await anext(events)

@@ -113,6 +113,12 @@ class ModelSpec(BaseModel):
         ge=128,
         description="KV cache cells shared by an instance's sequences (default: parallel x context)",
     )
+    host_cache_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="tokens of KV prefixes kept in host memory once evicted from the KV cache "
+        "(default: half as many as the KV cache holds; 0: none)",
+    )
     pinned: bool = False
     chat_template: str | None = None
     install_hint: str = ""
@@ -162,3 +168,7 @@ class ModelSpec(BaseModel):
     @property
     def kv_cells(self) -> int:
         return self.kv_cache_tokens or self.parallel * self.context_window
+
+    @property
+    def host_cache_cells(self) -> int:
+        return self.kv_cells // 2 if self.host_cache_tokens is None else self.host_cache_tokens

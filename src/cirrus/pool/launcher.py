@@ -103,7 +103,9 @@ class ProcessLauncher:
                 tokens = self._text_tokens[spec.id] = longest_text(metadata, spec.context_window)
                 self._estimates[spec.id] = estimate_embedding_instance(metadata, size, tokens)
             else:
-                self._estimates[spec.id] = estimate_instance(metadata, size, spec.kv_cells)
+                self._estimates[spec.id] = estimate_instance(
+                    metadata, size, spec.kv_cells, spec.host_cache_cells
+                )
         return self._estimates[spec.id]
 
     def known_sizes(self) -> dict[str, tuple[int, int]]:
@@ -125,6 +127,7 @@ class ProcessLauncher:
             n_threads=self._settings.threads,
             parallel=spec.parallel,
             kv_cells=spec.kv_cells,
+            host_cache_tokens=spec.host_cache_cells,
             chat_template=spec.chat_template,
             embeddings=spec.task == "text-embeddings",
         )

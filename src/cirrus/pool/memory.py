@@ -19,10 +19,11 @@ class MemoryEstimate:
     kv_cache: int
     compute: int
     process: int = PROCESS_OVERHEAD_BYTES
+    host_cache: int = 0  # KV prefixes evicted to host memory (runtime.host_tier), at most
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.compute + self.process
+        return self.weights + self.kv_cache + self.compute + self.process + self.host_cache
 
 
 def _int(metadata: dict[str, MetaValue], key: str, default: int) -> int:
@@ -30,7 +31,9 @@ def _int(metadata: dict[str, MetaValue], key: str, default: int) -> int:
     return int(value) if isinstance(value, int | float) else default
 
 
-def estimate_instance(metadata: dict[str, MetaValue], weights_bytes: int, n_ctx: int) -> MemoryEstimate:
+def estimate_instance(
+    metadata: dict[str, MetaValue], weights_bytes: int, n_ctx: int, host_cache_tokens: int = 0
+) -> MemoryEstimate:
     arch = str(metadata.get("general.architecture", "llama"))
     layers = _int(metadata, f"{arch}.block_count", 32)
     embedding = _int(metadata, f"{arch}.embedding_length", 4096)
@@ -39,10 +42,16 @@ def estimate_instance(metadata: dict[str, MetaValue], weights_bytes: int, n_ctx:
     head_dim = embedding // max(heads, 1)
     key_len = _int(metadata, f"{arch}.attention.key_length", head_dim)
     value_len = _int(metadata, f"{arch}.attention.value_length", head_dim)
-    kv_cache = layers * n_ctx * kv_heads * (key_len + value_len) * KV_BYTES_PER_VALUE
+    kv_per_token = layers * kv_heads * (key_len + value_len) * KV_BYTES_PER_VALUE
+    kv_cache = n_ctx * kv_per_token
     vocab = _vocab_size(metadata, arch)
     compute = COMPUTE_BASE_BYTES + UBATCH_TOKENS * (embedding * 4 * 4) + vocab * 4
-    return MemoryEstimate(weights=weights_bytes, kv_cache=kv_cache, compute=compute)
+    return MemoryEstimate(
+        weights=weights_bytes,
+        kv_cache=kv_cache,
+        compute=compute,
+        host_cache=host_cache_tokens * kv_per_token,
+    )
 
 
 def estimate_embedding_instance(

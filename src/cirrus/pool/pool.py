@@ -1,9 +1,10 @@
 """The serverless scheduler.
 
-Requests acquire a lease on an instance of their model. An idle instance is reused; otherwise, if the model may
-have another instance and its memory fits the budget (after stopping idle instances, least recently used
-first), one is cold-started; otherwise the request waits in the model's bounded queue until something changes
-or its deadline passes. Idle instances are stopped when their keep-alive runs out, except pinned ones. A watchdog
+Requests acquire a lease on an instance of their model. An instance with room is reused (the one that may hold
+the request's prompt prefix in its KV cache, else the least loaded); otherwise, if the model may have another
+instance and its memory fits the budget (after stopping idle instances, least recently used first), one is
+cold-started; otherwise the request waits in the model's bounded queue until something changes or its deadline
+passes. Idle instances are stopped when their keep-alive runs out, except pinned ones. A watchdog
 kills workers that stop answering or stop making progress; their instances leave the pool like any whose worker
 exited, and the next request cold-starts a new one.
 """
@@ -22,6 +23,8 @@ from cirrus.errors import CapacityExceeded, ModelTooLarge, RequestTimeout
 from cirrus.pool.affinity import AffinityTable
 from cirrus.pool.cores import cores_each
 from cirrus.pool.instance import Instance, InstanceState, InstanceStatus, Worker
+from cirrus.pool.prefix_routes import PrefixRoutes
+from cirrus.pool.prompt_keys import PromptChain
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -81,6 +84,7 @@ class Pool:
         self._changed = asyncio.Condition()
         self._stops: set[asyncio.Task[None]] = set()
         self._affinity = AffinityTable()
+        self._routes = PrefixRoutes()
         self._starts: set[asyncio.Task[None]] = set()  # cold starts in progress, owned by the pool
 
     # -- what callers see -------------------------------------------------------------------------------------
@@ -105,25 +109,35 @@ class Pool:
     def waiting(self, model_id: str) -> int:
         return self._waiting.get(model_id, 0)
 
-    async def acquire(self, spec: ModelSpec, deadline: float, affinity: str | None = None) -> Lease:
+    async def acquire(
+        self,
+        spec: ModelSpec,
+        deadline: float,
+        affinity: str | None = None,
+        *,
+        chain: PromptChain | None = None,
+    ) -> Lease:
         """Lease a slot on an instance of spec, cold-starting one if needed; deadline is on the loop's clock.
 
         Requests with the same affinity key go to the same instance while it has room, so they find their
-        earlier turns in its prefix cache.
+        earlier turns in its prefix cache. Without one (or when it is full), `chain`, the request's prompt keys,
+        sends it to the instance that served the longest prefix of its prompt (see `_by_prefix`).
         """
         enqueued = asyncio.get_running_loop().time()
-        if self.waiting(spec.id) >= self._queue_size and self._with_room(spec.id, affinity) is None:
+        if self.waiting(spec.id) >= self._queue_size and self._with_room(spec.id, affinity, chain) is None:
             raise CapacityExceeded("Capacity temporarily exceeded, please try again.", retry_after_s=1.0)
         self._waiting[spec.id] = self.waiting(spec.id) + 1
         try:
             async with asyncio.timeout_at(deadline):
-                instance, cold = await self._obtain(spec, affinity)
+                instance, cold = await self._obtain(spec, affinity, chain)
         except TimeoutError:
             raise RequestTimeout(f"the request waited in {spec.id}'s queue past its time limit") from None
         finally:
             self._waiting[spec.id] -= 1
         if affinity is not None:
             self._affinity.remember(affinity, instance.id)
+        if chain is not None:
+            self._routes.remember(chain.hashes, instance.id)
         return Lease(instance, cold, asyncio.get_running_loop().time() - enqueued, self)
 
     async def prewarm(self, spec: ModelSpec, timeout_s: float) -> InstanceStatus:
@@ -193,20 +207,46 @@ class Pool:
 
     # -- scheduling -------------------------------------------------------------------------------------------
 
-    def _with_room(self, model_id: str, affinity: str | None) -> Instance | None:
-        """An instance that can take one more sequence: the affine one if it can, else the least loaded."""
-        candidates = [i for i in self._instances if i.spec.id == model_id and i.has_room]
+    def _with_room(self, model_id: str, affinity: str | None, chain: PromptChain | None) -> Instance | None:
+        """An instance that can take one more sequence: the affine one if it can, else the one holding the
+        prompt's prefix (`_by_prefix`), else the least loaded (the most recently used among equals)."""
+        candidates = sorted(
+            (i for i in self._instances if i.spec.id == model_id and i.has_room),
+            key=lambda i: (i.active, -i.last_used),
+        )
+        if not candidates:
+            return None
         preferred = self._affinity.get(affinity) if affinity is not None else None
         for instance in candidates:
             if instance.id == preferred:
                 return instance
-        return min(candidates, key=lambda i: (i.active, -i.last_used)) if candidates else None
+        return self._by_prefix(candidates, chain) or candidates[0]
 
-    async def _obtain(self, spec: ModelSpec, affinity: str | None) -> tuple[Instance, bool]:
+    def _by_prefix(self, candidates: list[Instance], chain: PromptChain | None) -> Instance | None:
+        """The candidate that served the longest prefix of the prompt, least loaded first among equals.
+
+        It wins when its match covers more than what many conversations share (the system prompt, or half of
+        a text prompt): that is the request's own history, and reading it again would cost more than sharing a
+        batch with the instance's other sequences. A match on the shared head alone only breaks a tie: it wins
+        when the instance is no busier than the least loaded one, so a popular system prompt does not pile
+        every conversation onto the instance that saw it first."""
+        if chain is None:
+            return None
+        match = self._routes.best(chain.hashes, [i.id for i in candidates])
+        if match is None:
+            return None
+        holder = next(i for i in candidates if i.id == match.instance_id)
+        if match.depth > chain.shared_head or holder.active <= candidates[0].active:
+            return holder
+        return None
+
+    async def _obtain(
+        self, spec: ModelSpec, affinity: str | None, chain: PromptChain | None
+    ) -> tuple[Instance, bool]:
         needed = await self._launcher.estimate_bytes(spec)
         self._check_can_ever_fit(spec, needed)
         while True:
-            instance = self._with_room(spec.id, affinity)
+            instance = self._with_room(spec.id, affinity, chain)
             if instance is not None:
                 instance.active += 1
                 self._share_cores()
@@ -333,6 +373,7 @@ class Pool:
         if instance in self._instances and instance.state is not InstanceState.STOPPING:
             log.warning("worker of %s (%s) exited; removing the instance", instance.spec.id, instance.id)
             self._instances.remove(instance)
+            self._routes.forget(instance.id)
             self._spawn_notify()
 
     async def _stop(self, instance: Instance) -> None:
@@ -345,6 +386,7 @@ class Pool:
         finally:
             with contextlib.suppress(ValueError):
                 self._instances.remove(instance)
+            self._routes.forget(instance.id)
             log.info("stopped %s (%s)", instance.spec.id, instance.id)
             await self._notify()
 

@@ -112,6 +112,19 @@ class LlamaModel:
         """Make target's first `length` positions the same cells as source's (no copy in a unified cache)."""
         llama_cpp.llama_memory_seq_cp(self._memory, source, target, 0, length)
 
+    def save(self, sequence: int) -> bytes:
+        """A sequence's cells (positions, keys, values) as llama.cpp serialises them, to restore later."""
+        size = int(llama_cpp.llama_state_seq_get_size(self._ctx, sequence))
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, sequence))
+        return ctypes.string_at(buffer, written)
+
+    def restore(self, sequence: int, state: bytes) -> bool:
+        """Put a saved sequence back under the given id (which must hold nothing). False if the cells do not
+        fit in the KV cache now."""
+        data = ctypes.cast(ctypes.c_char_p(state), ctypes.POINTER(ctypes.c_uint8))
+        return int(llama_cpp.llama_state_seq_set_data(self._ctx, data, len(state), sequence)) > 0
+
     # -- decoding ---------------------------------------------------------------------------------------------
 
     def decode(self, entries: list[tuple[int, int, int, bool]]) -> int:

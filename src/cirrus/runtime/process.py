@@ -43,6 +43,7 @@ class LoadOptions:
     n_threads: int
     parallel: int = 1
     kv_cells: int = 0
+    host_cache_tokens: int = 0  # the prefix cache's host tier (runtime.host_tier); 0: none
     chat_template: str | None = None
     embeddings: bool = False  # an embeddings engine (n_ctx: the most tokens one text may have)
 

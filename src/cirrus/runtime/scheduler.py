@@ -1,21 +1,21 @@
 """Continuous batching: every decode step carries one token for each running sequence, and new requests join at
 the next step with their prompts fed in chunks, so running streams never wait for a long prompt.
 
-Sequences live in slots of one KV cache shared by all of them (llama.cpp's unified cache). A slot keeps the tokens
-of its last sequence after it ends, so a later prompt that starts the same way (a system prompt, the earlier turns
-of a chat) reuses them instead of recomputing.
+Sequences live in one KV cache shared by all of them (llama.cpp's unified cache). What a sequence leaves there when
+it ends stays findable (`runtime.prefix_cache`), so a later prompt that starts the same way (a system prompt, the
+earlier turns of a chat) reuses those cells instead of recomputing them.
 """
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cirrus.runtime.frames import Frame
+from cirrus.runtime.host_tier import HostTier
 from cirrus.runtime.llama import GrammarError, LlamaModel, Sampler
 from cirrus.runtime.params import GenerationInput
-from cirrus.runtime.prefix import Placement, place
+from cirrus.runtime.prefix_cache import PrefixCache, sequence_ids
 from cirrus.runtime.prompts import InputError, PromptBuilder
 from cirrus.runtime.sequence import ReasoningCounter, Sequence, ThinkingMarkers
 
@@ -39,15 +39,16 @@ class BatchScheduler:
         context_per_sequence: int,
         send: Send,
         is_cancelled: Callable[[str], bool],
+        host_tokens: int = 0,
     ) -> None:
         self._model = model
         self._prompts = prompts
         self._context = context_per_sequence
         self._send = send
         self._is_cancelled = is_cancelled
-        self._free = list(range(slots))
-        self._cached: dict[int, list[int]] = {slot: [] for slot in range(slots)}
-        self._last_used: dict[int, float] = {}
+        self._slots = slots
+        host = HostTier(host_tokens) if host_tokens > 0 else None
+        self._cache = PrefixCache(model, sequence_ids(slots), host)
         self._running: list[Sequence] = []
         self._waiting: deque[Frame] = deque()
         self._thinking = _thinking_markers(model)
@@ -73,7 +74,7 @@ class BatchScheduler:
     # -- admission --------------------------------------------------------------------------------------------
 
     def _admit(self) -> None:
-        while self._waiting and self._free:
+        while self._waiting and len(self._running) < self._slots:
             frame = self._waiting.popleft()
             request_id = str(frame["id"])
             if self._is_cancelled(request_id):
@@ -94,8 +95,7 @@ class BatchScheduler:
         budget = self._budget(len(prompt), inputs.sampling.max_tokens, inputs)
         sampler = Sampler(inputs.sampling, self._model.n_vocab, self._model.vocab)  # before a slot is claimed
         sampler.remember(prompt)
-        placement = place(prompt, self._free, self._cached, self._last_used)
-        self._claim(placement, prompt)
+        placement = self._cache.admit(prompt)
         self._running.append(
             Sequence(
                 request_id,
@@ -137,15 +137,6 @@ class BatchScheduler:
             )
         return min(max_tokens, room)
 
-    def _claim(self, placement: Placement, prompt: list[int]) -> None:
-        self._free.remove(placement.slot)
-        if placement.source is None:
-            self._model.forget(placement.slot, placement.reuse)
-        else:
-            self._model.forget(placement.slot, 0)
-            self._model.share(placement.source, placement.slot, placement.reuse)
-        self._cached[placement.slot] = prompt[: placement.reuse]
-
     # -- one decode step --------------------------------------------------------------------------------------
 
     def _plan(self) -> StepPlan:
@@ -162,7 +153,7 @@ class BatchScheduler:
         return plan
 
     def _add(self, plan: StepPlan, sequence: Sequence, tokens: list[int], sample: bool) -> None:
-        start = len(self._cached[sequence.slot])
+        start = self._cache.length(sequence.slot)
         for offset, token in enumerate(tokens):
             last = offset == len(tokens) - 1
             plan.entries.append((token, start + offset, sequence.slot, sample and last))
@@ -178,7 +169,7 @@ class BatchScheduler:
             if not self._make_room():
                 return StepPlan()
         for sequence, tokens in plan.fed:
-            self._cached[sequence.slot].extend(tokens)
+            self._cache.extend(sequence.slot, tokens)
             if sequence.prefilling:
                 sequence.fed += len(tokens)
             else:
@@ -186,12 +177,9 @@ class BatchScheduler:
         return plan
 
     def _make_room(self) -> bool:
-        """The KV cache is full: drop what idle slots keep, else fail the newest sequence. False if nothing ran."""
-        idle = [slot for slot in self._free if self._cached[slot]]
-        for slot in idle:
-            self._model.forget(slot, 0)
-            self._cached[slot] = []
-        if idle:
+        """The KV cache is full: drop the least recently used idle sequence, else fail the newest running one.
+        False if nothing is left to run."""
+        if self._cache.evict_one():
             return True
         if not self._running:
             return False
@@ -249,8 +237,7 @@ class BatchScheduler:
             return
         self._running.remove(sequence)
         sequence.sampler.close()
-        self._free.append(sequence.slot)
-        self._last_used[sequence.slot] = time.monotonic()
+        self._cache.release(sequence.slot)
 
     # -- frames -----------------------------------------------------------------------------------------------
 

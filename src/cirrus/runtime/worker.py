@@ -23,6 +23,7 @@ from cirrus.runtime.embedding import BATCH_SEQUENCES
 from cirrus.runtime.encoder import EmbeddingEngine
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.llama import ContextShape, LlamaModel
+from cirrus.runtime.prefix_cache import sequence_ids
 from cirrus.runtime.prompts import PromptBuilder
 from cirrus.runtime.scheduler import BatchScheduler
 
@@ -100,7 +101,9 @@ class Worker:
     def _build(self, options: dict[str, Any]) -> BatchScheduler:
         slots, context = int(options["parallel"]), int(options["n_ctx"])
         shape = ContextShape(
-            kv_cells=int(options["kv_cells"]), sequences=slots, threads=int(options["n_threads"])
+            kv_cells=int(options["kv_cells"]),
+            sequences=sequence_ids(slots),
+            threads=int(options["n_threads"]),
         )
         model = LlamaModel(str(options["path"]), shape)
         template = options.get("chat_template") or model.metadata("tokenizer.chat_template")
@@ -108,7 +111,8 @@ class Worker:
         self._channel.send(
             {"type": "ready", "n_ctx": context, "has_chat_template": prompts.has_chat_template}
         )
-        return BatchScheduler(model, prompts, slots, context, self._send, self._is_cancelled)
+        host_tokens = int(options.get("host_cache_tokens", 0))
+        return BatchScheduler(model, prompts, slots, context, self._send, self._is_cancelled, host_tokens)
 
     def _build_embeddings(self, options: dict[str, Any]) -> EmbeddingEngine:
         """A context as wide as one text may be long: the batch holds any single text whole, as an encoder's

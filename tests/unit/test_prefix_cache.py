@@ -1,0 +1,208 @@
+"""The prefix cache's bookkeeping, over fake KV cells that hold each sequence's tokens as a list."""
+
+import json
+
+import pytest
+
+from cirrus.pool.affinity import AffinityTable
+from cirrus.runtime.host_tier import MIN_TOKENS, HostTier
+from cirrus.runtime.prefix_cache import PrefixCache, sequence_ids
+from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
+
+
+class FakeCells:
+    """Sequence id -> the tokens its cells hold; `room` False makes every restore fail (a full KV cache)."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, list[int]] = {}
+        self.room = True
+        self.saves = 0
+
+    def forget(self, sequence: int, keep: int) -> None:
+        del self.held.setdefault(sequence, [])[keep:]
+
+    def share(self, source: int, target: int, length: int) -> None:
+        assert not self.held.get(target), "sharing into a sequence that still holds cells"
+        self.held[target] = self.held[source][:length]
+
+    def save(self, sequence: int) -> bytes:
+        self.saves += 1
+        return json.dumps(self.held[sequence]).encode()
+
+    def restore(self, sequence: int, state: bytes) -> bool:
+        if not self.room:
+            return False
+        assert not self.held.get(sequence), "restoring into a sequence that still holds cells"
+        self.held[sequence] = json.loads(state)
+        return True
+
+
+def run(cache: PrefixCache, cells: FakeCells, prompt: list[int], answer: list[int]) -> tuple[int, int]:
+    """Admit prompt, feed what is left of it and an answer, end it; (slot, reused tokens)."""
+    admission = cache.admit(prompt)
+    assert cells.held.get(admission.slot, []) == prompt[: admission.reuse]
+    fed = prompt[admission.reuse :] + answer
+    cells.held.setdefault(admission.slot, []).extend(fed)
+    cache.extend(admission.slot, fed)
+    assert cache.tokens(admission.slot) == cells.held[admission.slot]
+    cache.release(admission.slot)
+    return admission.slot, admission.reuse
+
+
+def conversation(seed: int, length: int) -> list[int]:
+    return [1000 * seed + index for index in range(length)]
+
+
+SYSTEM = list(range(24))
+
+
+def test_the_index_finds_the_longest_shared_prefix_including_a_partial_last_block() -> None:
+    index: PrefixIndex[str] = PrefixIndex()
+    index.put("a", list(range(40)))
+    index.put("b", list(range(20)) + [99] * 30)
+    match = index.longest(list(range(45)))
+    assert match is not None and (match.key, match.length) == ("a", 40)
+    match = index.longest([*list(range(20)), 99, 99, 7])
+    assert match is not None and (match.key, match.length) == ("b", 22)
+    assert index.longest([5, 6, 7]) is None
+
+
+def test_the_index_forgets_truncated_and_removed_tokens() -> None:
+    index: PrefixIndex[int] = PrefixIndex()
+    index.put(1, list(range(3 * BLOCK)))
+    index.truncate(1, BLOCK + 3)
+    match = index.longest(list(range(3 * BLOCK)))
+    assert match is not None and match.length == BLOCK + 3
+    index.remove(1)
+    assert index.longest(list(range(3 * BLOCK))) is None and len(index) == 0
+
+
+def test_sequences_under_different_salts_never_match() -> None:
+    index: PrefixIndex[int] = PrefixIndex()
+    index.put(1, list(range(50)), salt="adapter-a")
+    assert index.longest(list(range(50)), salt="adapter-b") is None
+    assert index.longest(list(range(50)), salt=None) is None
+    match = index.longest(list(range(50)), salt="adapter-a")
+    assert match is not None and match.length == 50
+
+
+def test_a_conversations_next_turn_adopts_its_last_turn_cells_whole() -> None:
+    cells = FakeCells()
+    cache = PrefixCache(cells, 6)
+    turn_1 = SYSTEM + conversation(1, 30)
+    slot, reuse = run(cache, cells, turn_1, answer=[7, 8, 9])
+    assert reuse == 0
+    turn_2 = [*turn_1, 7, 8, 9, *conversation(2, 10)]
+    again, reuse = run(cache, cells, turn_2, answer=[5])
+    assert (again, reuse) == (slot, len(turn_1) + 3)
+
+
+def test_every_conversation_that_fits_stays_cached_not_only_the_shared_system_prompt() -> None:
+    cells = FakeCells()
+    cache = PrefixCache(cells, sequence_ids(4))
+    histories = {n: SYSTEM + conversation(n + 1, 20) for n in range(8)}
+    for n, history in histories.items():
+        run(cache, cells, history, answer=[n])
+        histories[n] = [*history, n]
+    for n, history in histories.items():
+        _, reuse = run(cache, cells, [*history, 555], answer=[])
+        assert reuse == len(history), f"conversation {n} re-evaluated its earlier turns"
+
+
+def test_a_running_sequences_prefix_is_shared_into_another_id() -> None:
+    cells = FakeCells()
+    cache = PrefixCache(cells, 4)
+    first = cache.admit([*SYSTEM, 1, 2, 3])
+    cells.held[first.slot] = [*SYSTEM, 1, 2, 3]
+    cache.extend(first.slot, [*SYSTEM, 1, 2, 3])
+    second = cache.admit([*SYSTEM, 4, 5])
+    assert second.slot != first.slot and second.reuse == len(SYSTEM)
+    assert cells.held[second.slot] == SYSTEM and cells.held[first.slot] == [*SYSTEM, 1, 2, 3]
+
+
+def test_one_prompt_token_is_always_left_to_evaluate() -> None:
+    cells = FakeCells()
+    cache = PrefixCache(cells, 3)
+    run(cache, cells, SYSTEM, answer=[])
+    _, reuse = run(cache, cells, SYSTEM, answer=[])
+    assert reuse == len(SYSTEM) - 1
+
+
+def test_a_diverging_prompt_copies_the_prefix_and_keeps_the_other_branch() -> None:
+    cells = FakeCells()
+    cache = PrefixCache(cells, 4)
+    slot, _ = run(cache, cells, [*SYSTEM, 1, 2, 3], answer=[4])
+    other, reuse = run(cache, cells, [*SYSTEM, 9, 9], answer=[])
+    assert other != slot and reuse == len(SYSTEM)
+    _, reuse = run(cache, cells, [*SYSTEM, 1, 2, 3, 4, 6], answer=[])
+    assert reuse == len(SYSTEM) + 4
+
+
+def test_the_least_recently_used_idle_sequence_is_evicted_to_the_host_tier_and_restored() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 3, host)
+    long_turns = [conversation(n + 1, MIN_TOKENS + 10) for n in range(4)]
+    for turn in long_turns:
+        run(cache, cells, turn, answer=[1])
+    assert len(host) == 1 and cells.saves == 1  # 3 ids: the oldest conversation was saved, then evicted
+    slot, reuse = run(cache, cells, long_turns[0] + [1, 2], answer=[])
+    assert reuse == len(long_turns[0]) + 1
+    assert cells.held[slot][:reuse] == long_turns[0] + [1]
+
+
+def test_short_sequences_are_not_worth_the_host_tier() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 3, host)
+    for n in range(5):
+        run(cache, cells, conversation(n + 1, MIN_TOKENS - 5), answer=[])
+    assert len(host) == 0 and cells.saves == 0
+
+
+def test_the_host_tier_keeps_its_token_budget_oldest_first() -> None:
+    host = HostTier(capacity_tokens=100)
+    for n in range(4):
+        host.put(conversation(n + 1, 40), None, b"state")
+    assert host.tokens_held <= 100 and len(host) == 2
+    assert host.longest(conversation(1, 40), None) is None
+    kept = host.longest(conversation(4, 40), None)
+    assert kept is not None and kept.length == 40
+
+
+def test_the_host_tier_drops_an_entry_that_a_longer_one_extends() -> None:
+    host = HostTier(capacity_tokens=1_000)
+    host.put(conversation(1, 40), None, b"turn 1")
+    host.put(conversation(1, 80), None, b"turn 2")
+    assert len(host) == 1 and host.tokens_held == 80
+    assert not host.worth_keeping(conversation(1, 60), None)
+
+
+def test_a_restore_that_finds_no_room_evaluates_instead_and_keeps_the_saved_state() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    host.put(conversation(1, 64), None, json.dumps(conversation(1, 64)).encode())
+    cache = PrefixCache(cells, 3, host)
+    cells.room = False
+    admission = cache.admit([*conversation(1, 64), 5])
+    assert admission.reuse == 0 and not admission.restored and len(host) == 1
+
+
+def test_a_full_kv_cache_evicts_idle_sequences_oldest_first() -> None:
+    cells = FakeCells()
+    cache = PrefixCache(cells, 4)
+    first, _ = run(cache, cells, [*SYSTEM, 1], answer=[])
+    second, _ = run(cache, cells, [50, 51, 52], answer=[])
+    assert cache.evict_one() and cells.held[first] == [] and cells.held[second] == [50, 51, 52]
+    assert cache.evict_one() and not cache.evict_one()
+
+
+@pytest.mark.parametrize("parallel", [1, 4, 64])
+def test_a_context_has_room_for_idle_sequences_within_llama_cpps_limit(parallel: int) -> None:
+    assert parallel + 2 <= sequence_ids(parallel) <= 256
+
+
+def test_the_affinity_table_forgets_the_oldest_session_first() -> None:
+    table = AffinityTable(capacity=2)
+    table.remember("a", "inst-1")
+    table.remember("b", "inst-2")
+    assert table.get("a") == "inst-1"
+    table.remember("c", "inst-3")
+    assert table.get("b") is None and table.get("a") == "inst-1" and table.get("c") == "inst-3"
