@@ -1,10 +1,11 @@
 """Serving benchmark: Cirrus against llama-cpp-python's own server: concurrency, cold start, prefix cache.
 
 Usage: .venv/bin/python -m bench.serving [--model @cf/...]... [--levels 1,4,8,16] [--quick] [--runs N]
-                                         [--max-tokens N] [--threads N] [--wait-quiet SECONDS]
+                                         [--max-tokens N] [--threads N] [--wait-quiet SECONDS] [--llama-server]
 
-Each server is started by the benchmark on 127.0.0.1 and measured while the other is stopped. Chat models are
-sent chat messages on /v1/chat/completions; models without a chat template raw prompts on /v1/completions.
+Each server is started by the benchmark on 127.0.0.1 and measured while the others are stopped. Chat models are
+sent chat messages on /v1/chat/completions; models without a chat template raw prompts on /v1/completions. With
+--llama-server, llama.cpp's own server (bench/peers.py builds it once per machine) joins the throughput levels.
 """
 
 import argparse
@@ -37,14 +38,12 @@ from bench.core import (
     COMPLETION_TEXT,
     QUIET_CORES,
     REQUEST_TIMEOUT_S,
-    SERVER_START_TIMEOUT_S,
     USER_MESSAGE,
     Config,
     Stream,
     cirrus_server,
     cpu_model,
     cpu_sample,
-    free_port,
     instances,
     load_average,
     naive_cold,
@@ -52,12 +51,19 @@ from bench.core import (
     process_table,
     render_prompt,
     resolve_config,
-    stop_server,
     unload,
     verdict,
     wait_for_quiet,
     warm_page_cache,
 )
+from bench.peers import (
+    llama_server,
+    llama_server_binary,
+    llama_server_command,
+    peer_command,
+    peer_server,
+)
+from bench.peers import progress as progress  # bench/cluster.py imports it from here
 from cirrus.catalog import DEFAULT_MODEL
 from cirrus.runtime.prefix_index import common_prefix
 
@@ -66,6 +72,7 @@ Prompt = str | list[dict[str, str]]
 
 CIRRUS = "Cirrus"
 PEER = "llama-cpp-python"
+LLAMA_SERVER = "llama-server"  # llama.cpp's own C++ server, a second peer with --llama-server
 SERVERS = (PEER, CIRRUS)
 GEMMA = "@cf/google/gemma-3-270m"
 DEFAULT_LEVELS = (1, 4, 8, 16)
@@ -127,7 +134,7 @@ class Api:
         body: dict[str, Any] = {"model": self.model_id, "max_tokens": max_tokens, "temperature": 0.0}
         body["messages" if self.chat else "prompt"] = prompt
         body["stream"] = stream
-        if server == CIRRUS and stream:
+        if server in (CIRRUS, LLAMA_SERVER) and stream:
             body["stream_options"] = {"include_usage": True}
         if server == PEER:
             body["repeat_penalty"] = 1.0  # its default is 1.1; Cirrus's is 1.0
@@ -333,16 +340,6 @@ async def sequential(
 # -- servers -----------------------------------------------------------------------------------------------------
 
 
-def peer_command(config: Config, port: int | str) -> list[str]:
-    threads = str(config.threads)
-    return [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(config.path), "--host", "127.0.0.1",
-        "--port", str(port), "--n_ctx", str(config.spec.context_window), "--n_threads", threads,
-        "--n_threads_batch", threads, "--interrupt_requests", "False", "--flash_attn", "True",
-        "--logits_all", "False", "--verbose", "False",
-    ]  # fmt: skip
-
-
 def cirrus_command(threads: int) -> str:
     return (
         f"CIRRUS_THREADS={threads} CIRRUS_REQUEST_TIMEOUT_S={REQUEST_TIMEOUT_S:g} "
@@ -350,36 +347,14 @@ def cirrus_command(threads: int) -> str:
     )
 
 
-def wait_up(url: str, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"{server.args!r} exited with code {server.returncode}")
-        try:
-            if httpx.get(url, timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer in {SERVER_START_TIMEOUT_S} s")
-
-
-@contextlib.contextmanager
-def peer_server(config: Config, log: IO[str]) -> Iterator[str]:
-    port = free_port()
-    server = subprocess.Popen(peer_command(config, port), stdout=log, stderr=subprocess.STDOUT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_up(f"{url}/v1/models", server)
-        yield url
-    finally:
-        stop_server(server)
-
-
 @contextlib.contextmanager
 def server_url(server: str, config: Config, log: IO[str]) -> Iterator[str]:
     if server == PEER:
         with peer_server(config, log) as url:
+            yield url
+        return
+    if server == LLAMA_SERVER:
+        with llama_server(config, log) as url:
             yield url
         return
     with cirrus_server(config.threads, log) as client:
@@ -483,10 +458,6 @@ class Phases:
         return result, cores
 
 
-def progress(message: str) -> None:
-    print(f"[{datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
-
-
 # -- 1. throughput at each concurrency ---------------------------------------------------------------------------
 
 
@@ -575,11 +546,11 @@ def throughput(config: Config, api: Api, plan: "Plan", phases: Phases, log: IO[s
     for concurrency in plan.levels:
         requests, measured = plan.requests(concurrency), dict[str, Level]()
         for round_ in range(plan.rounds):
-            for server in SERVERS if round_ % 2 == 0 else SERVERS[::-1]:
+            for server in plan.servers if round_ % 2 == 0 else plan.servers[::-1]:
                 measure = partial(measure_level, config, api, server, concurrency, requests, log)
                 level = phases.run(f"c={concurrency} {server}", measure)
                 measured[server] = measured[server].plus(level) if server in measured else level
-        levels += [measured[server] for server in SERVERS]
+        levels += [measured[server] for server in plan.servers]
     return levels
 
 
@@ -669,6 +640,7 @@ class Plan:
     runs: int
     threads: int
     max_tokens: int
+    servers: tuple[str, ...] = SERVERS
 
     def requests(self, concurrency: int) -> int:
         """Requests per server per round."""
@@ -747,16 +719,24 @@ def check_line(levels: list[Level]) -> str:
     first = {level.server: level.check for level in levels if level.concurrency == levels[0].concurrency}
     peer, cirrus = first[PEER], first[CIRRUS]
     same = "identical" if peer.text == cirrus.text else "different"
-    return (
+    line = (
         f"check (non-streamed, greedy, same prompt): prompt tokens {PEER} {peer.prompt_tokens}, {CIRRUS} "
         f"{cirrus.prompt_tokens}; completion tokens {peer.completion_tokens}/{cirrus.completion_tokens}; "
         f"texts {same}"
+    )
+    if LLAMA_SERVER not in first:
+        return line
+    other = first[LLAMA_SERVER]
+    same = "identical" if other.text == cirrus.text else "different"
+    return (
+        f"{line}; {LLAMA_SERVER}: prompt tokens {other.prompt_tokens}, completion tokens "
+        f"{other.completion_tokens}, text {same} to {CIRRUS}'s"
     )
 
 
 def finish_line(levels: list[Level]) -> str:
     parts = []
-    for server in SERVERS:
+    for server in dict.fromkeys(level.server for level in levels):
         replies = [r for level in levels if level.server == server for r in level.replies]
         reasons = counts([r.finish_reason for r in replies])
         parts.append(f"{server}: {reasons} (content deltas {counts([r.deltas for r in replies])})")
@@ -848,12 +828,20 @@ def busy_line(busy: dict[str, list[float]]) -> str:
     return f"cores kept busy by other processes during each phase (of {os.cpu_count()}): {phases}"
 
 
+def peer_commands(run: ModelRun) -> list[str]:
+    lines = [f"peer command: {' '.join(peer_command(run.config, 'PORT'))}"]
+    if any(level.server == LLAMA_SERVER for level in run.levels):
+        command = llama_server_command(llama_server_binary(), run.config, "PORT")
+        lines.append(f"{LLAMA_SERVER} command (throughput only): {' '.join(command)}")
+    return lines
+
+
 def model_report(run: ModelRun) -> list[str]:
     config = run.config
     return [
         f"== {config.spec.id} ({config.path.name}), {run.api.path}, n_ctx {config.spec.context_window}, "
         f"{config.threads} threads, greedy, max_tokens {config.max_tokens}",
-        f"peer command: {' '.join(peer_command(config, 'PORT'))}",
+        *peer_commands(run),
         f"load average before: {run.load_before}; after: {run.load_after}",
         busy_line(run.busy),
         check_line(run.levels),
@@ -942,6 +930,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         f"{DEFAULT_MODEL} and {GEMMA})")  # fmt: skip
     parser.add_argument("--levels", type=parse_levels, help="concurrency levels, e.g. 1,4,8,16")
     parser.add_argument("--quick", action="store_true", help="levels 1,8, few requests, 2 runs")
+    parser.add_argument("--llama-server", action="store_true", help=f"measure {LLAMA_SERVER} (llama.cpp's own "
+                        "server, built once per machine) too, in the throughput levels")  # fmt: skip
     parser.add_argument("--runs", type=int, help="cold-start and prefix runs (default 5, quick 2)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
@@ -957,12 +947,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def plan_of(args: argparse.Namespace) -> Plan:
     levels = args.levels or (QUICK_LEVELS if args.quick else DEFAULT_LEVELS)
     runs = args.runs or (2 if args.quick else 5)
-    return Plan(levels, args.quick, runs, args.threads, args.max_tokens)
+    servers = (*SERVERS, LLAMA_SERVER) if args.llama_server else SERVERS
+    return Plan(levels, args.quick, runs, args.threads, args.max_tokens, servers)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = plan_of(args)
+    if LLAMA_SERVER in plan.servers:
+        llama_server_binary()  # built (once per machine) before anything is measured
     with (
         frozen_source() as src,
         tempfile.NamedTemporaryFile("w", prefix="cirrus-serving-", suffix=".log", delete=False) as log,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from openai import OpenAI
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.integration.conftest import SMOLLM
 from tests.integration.server import running_server
@@ -17,7 +18,9 @@ TOPICS = ["rivers", "bread", "owls", "trains", "glass", "tides"]
 
 def replay(client: OpenAI, conversations: int, turns: int) -> list[list[tuple[int, int]]]:
     """(prompt tokens, cached tokens) of each turn of each conversation, turns interleaved round robin."""
-    histories = [[{"role": "system", "content": SYSTEM}] for _ in range(conversations)]
+    histories: list[list[ChatCompletionMessageParam]] = [
+        [{"role": "system", "content": SYSTEM}] for _ in range(conversations)
+    ]
     usage: list[list[tuple[int, int]]] = [[] for _ in range(conversations)]
     for turn in range(turns):
         for n, history in enumerate(histories):
@@ -26,7 +29,7 @@ def replay(client: OpenAI, conversations: int, turns: int) -> list[list[tuple[in
                 model=SMOLLM,
                 messages=history,
                 max_tokens=16,
-                temperature=0,  # type: ignore[arg-type]
+                temperature=0,
             )
             history.append({"role": "assistant", "content": answer.choices[0].message.content or ""})
             assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
