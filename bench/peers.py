@@ -37,6 +37,7 @@ BUILD_TIMEOUT_S = 3600.0
 # host memory, --cache-reuse 0 (no KV shifting of reordered chunks).
 LLAMA_SERVER_SLOTS = 8
 LLAMA_SERVER_CONTEXT = 8192
+READY_POLL_S = 0.1
 
 
 def peer_cache() -> Path:
@@ -164,30 +165,41 @@ def run_logged(command: list[str], log: IO[str], timeout_s: float) -> None:
 # -- starting the peers ------------------------------------------------------------------------------------------
 
 
-def wait_up(url: str, server: subprocess.Popen[bytes]) -> None:
+def wait_up(url: str, server: subprocess.Popen[bytes], poll_s: float) -> None:
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"{server.args!r} exited with code {server.returncode}")
-        try:
-            if httpx.get(url, timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    with httpx.Client(timeout=5) as client:
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise RuntimeError(f"{server.args!r} exited with code {server.returncode}")
+            try:
+                if client.get(url).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(poll_s)
     raise TimeoutError(f"{url} did not answer in {SERVER_START_TIMEOUT_S} s")
 
 
 @contextlib.contextmanager
-def started(command: list[str], ready_path: str, port: int, log: IO[str]) -> Iterator[str]:
-    """Run a server command listening on 127.0.0.1:port; yield its base URL once ready_path answers 200."""
+def launched(
+    command: list[str], ready_path: str, port: int, log: IO[str], poll_s: float = READY_POLL_S
+) -> Iterator[tuple[str, float]]:
+    """Run a server command listening on 127.0.0.1:port; once ready_path answers 200, yield its base URL and the
+    time.perf_counter() at which its process was spawned."""
+    spawned_at = time.perf_counter()
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_up(f"{url}{ready_path}", server)
-        yield url
+        wait_up(f"{url}{ready_path}", server, poll_s)
+        yield url, spawned_at
     finally:
         stop_server(server)
+
+
+@contextlib.contextmanager
+def started(command: list[str], ready_path: str, port: int, log: IO[str]) -> Iterator[str]:
+    with launched(command, ready_path, port, log) as (url, _):
+        yield url
 
 
 def peer_command(config: Config, port: int | str) -> list[str]:
@@ -219,6 +231,14 @@ def llama_server_command(binary: Path, config: Config, port: int | str) -> list[
 @contextlib.contextmanager
 def llama_server(config: Config, log: IO[str]) -> Iterator[str]:
     """llama.cpp's own server (building it first if this machine has none)."""
-    port = free_port()
-    with started(llama_server_command(llama_server_binary(), config, port), "/health", port, log) as url:
+    with llama_server_launched(config, log, READY_POLL_S) as (url, _):
         yield url
+
+
+@contextlib.contextmanager
+def llama_server_launched(config: Config, log: IO[str], poll_s: float) -> Iterator[tuple[str, float]]:
+    """llama-server spawned now: its base URL once /health answers 200 (polled every poll_s), and the
+    time.perf_counter() of the spawn."""
+    binary, port = llama_server_binary(), free_port()
+    with launched(llama_server_command(binary, config, port), "/health", port, log, poll_s) as ready:
+        yield ready

@@ -2,10 +2,12 @@
 
 Usage: .venv/bin/python -m bench.serving [--model @cf/...]... [--levels 1,4,8,16] [--quick] [--runs N]
                                          [--max-tokens N] [--threads N] [--wait-quiet SECONDS] [--llama-server]
+                                         [--phases levels,cold,prefix]
 
 Each server is started by the benchmark on 127.0.0.1 and measured while the others are stopped. Chat models are
 sent chat messages on /v1/chat/completions; models without a chat template raw prompts on /v1/completions. With
---llama-server, llama.cpp's own server (bench/peers.py builds it once per machine) joins the throughput levels.
+--llama-server, llama.cpp's own server (bench/peers.py builds it once per machine) joins the throughput levels
+and the cold start (spawned with the same flags, timed from its spawn to the cold request's first token).
 """
 
 import argparse
@@ -60,6 +62,7 @@ from bench.peers import (
     llama_server,
     llama_server_binary,
     llama_server_command,
+    llama_server_launched,
     peer_command,
     peer_server,
 )
@@ -74,6 +77,7 @@ CIRRUS = "Cirrus"
 PEER = "llama-cpp-python"
 LLAMA_SERVER = "llama-server"  # llama.cpp's own C++ server, a second peer with --llama-server
 SERVERS = (PEER, CIRRUS)
+PHASES = ("levels", "cold", "prefix")
 GEMMA = "@cf/google/gemma-3-270m"
 DEFAULT_LEVELS = (1, 4, 8, 16)
 QUICK_LEVELS = (1, 8)
@@ -90,6 +94,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_BATCH_LEVEL, TARGET_BATCH_RATIO, TARGET_BATCH_P99_S = 8, 2.5, 1.5
 TARGET_SINGLE_RATIO, TARGET_SINGLE_TTFT_S = 0.95, 0.030
 TARGET_COLD_RATIO, TARGET_PREFIX_RATIO = 0.5, 0.3
+# Against llama-server (issue 16)
+TARGET_COLD_TTFT_S, TARGET_LLAMA_COLD_RATIO = 0.100, 0.25
+TARGET_LLAMA_DECODE_RATIO, TARGET_LLAMA_BATCH_RATIO, TARGET_LLAMA_BATCH_LEVELS = 0.98, 1.4, (8, 16)
+COLD_POLL_S = 0.005  # llama-server's /health, while it starts: the delay this adds to its cold start is small
 
 SYSTEM_PROMPT = (
     "You are a knowledgeable writer. Answer every request with a long, thorough and well-organised essay of "
@@ -557,11 +565,22 @@ def throughput(config: Config, api: Api, plan: "Plan", phases: Phases, log: IO[s
 # -- 2. cold start and 3. prefix cache (Cirrus), with their baselines ---------------------------------------------
 
 
+@dataclass(frozen=True)
+class ProcessStart:
+    """A server process spawned for one cold request: from the spawn to its readiness and to its first streamed
+    token, and the reply."""
+
+    ready_s: float
+    first_token_s: float
+    reply: Reply
+
+
 @dataclass
 class Cold:
     cirrus: list[Reply] = field(default_factory=list)
     naive_s: list[float] = field(default_factory=list)
     phases: list[dict[str, float]] = field(default_factory=list)  # Cirrus's process, load, first token (s)
+    llama_server: list[ProcessStart] = field(default_factory=list)
 
 
 @dataclass
@@ -577,18 +596,34 @@ def unloaded_and_settled(client: httpx.Client, model_id: str) -> None:
     time.sleep(SPARE_SETTLE_S)
 
 
-def cold_start(config: Config, api: Api, naive_text: str, log: IO[str], noisy: threading.Event) -> Cold:
+def cold_start(
+    config: Config, api: Api, naive_text: str, with_llama_server: bool, log: IO[str], noisy: threading.Event
+) -> Cold:
+    """Each run: llama-server's process start (if measured) while Cirrus waits with a spare ready, then Cirrus's
+    cold request, then the naive process (before Cirrus starts a new spare, SPARE_SETTLE_S later)."""
     cold, prompt = Cold(), cold_prompt(api.chat)
     with cirrus_server(config.threads, log) as client:
         url = str(client.base_url).rstrip("/")
         for _ in range(config.runs):
             unloaded_and_settled(client, config.spec.id)
             check_quiet(noisy)
+            if with_llama_server:
+                cold.llama_server.append(llama_server_cold(config, api, log))
+                check_quiet(noisy)
             warm_page_cache(config.path)
             cold.cirrus += asyncio.run(sequential(url, api, CIRRUS, [prompt], COLD_TOKENS))
             cold.phases.append(cold_start_phases(client, config.spec.id))
             cold.naive_s.append(naive_cold(config, naive_text))
     return cold
+
+
+def llama_server_cold(config: Config, api: Api, log: IO[str]) -> ProcessStart:
+    """llama-server spawned with its throughput flags (page cache warm), ready, then sent the cold request."""
+    warm_page_cache(config.path)
+    with llama_server_launched(config, log, COLD_POLL_S) as (url, spawned_at):
+        ready_s = time.perf_counter() - spawned_at
+        [reply] = asyncio.run(sequential(url, api, LLAMA_SERVER, [cold_prompt(api.chat)], COLD_TOKENS))
+    return ProcessStart(ready_s, reply.stream.first_s - spawned_at, reply)
 
 
 def cold_start_phases(client: httpx.Client, model_id: str) -> dict[str, float]:
@@ -641,6 +676,7 @@ class Plan:
     threads: int
     max_tokens: int
     servers: tuple[str, ...] = SERVERS
+    phases: tuple[str, ...] = PHASES
 
     def requests(self, concurrency: int) -> int:
         """Requests per server per round."""
@@ -656,8 +692,8 @@ class ModelRun:
     config: Config
     api: Api
     levels: list[Level]
-    cold: Cold
-    prefix: Prefix
+    cold: Cold | None
+    prefix: Prefix | None
     busy: dict[str, list[float]]
     load_before: str
     load_after: str = ""
@@ -670,18 +706,30 @@ def model_config(model: str, plan: Plan) -> Config:
     return resolve_config(namespace)
 
 
-def measure_model(model: str, plan: Plan, phases: Phases, log: IO[str]) -> ModelRun:
+def measure_model(model: str, plan: Plan, runner: Phases, log: IO[str]) -> ModelRun:
     config = model_config(model, plan)
     warm_page_cache(config.path)
     prepared = prepare(config, plan.runs)
-    api, pairs = prepared.api, prepared.pairs
+    api = prepared.api
     load_before = load_average()
-    levels = throughput(config, api, plan, phases, log)
-    cold = phases.run("cold start", partial(cold_start, config, api, prepared.naive_text, log))
+    levels = throughput(config, api, plan, runner, log) if "levels" in plan.phases else []
+    cold = measure_cold(config, prepared, plan, runner, log) if "cold" in plan.phases else None
+    prefix = measure_prefix(config, prepared, runner, log) if "prefix" in plan.phases else None
+    return ModelRun(config, api, levels, cold, prefix, dict(runner.busy), load_before, load_average())
+
+
+def measure_cold(config: Config, prepared: Prepared, plan: Plan, runner: Phases, log: IO[str]) -> Cold:
+    with_llama_server = LLAMA_SERVER in plan.servers
+    measure = partial(cold_start, config, prepared.api, prepared.naive_text, with_llama_server, log)
+    return runner.run("cold start", measure)
+
+
+def measure_prefix(config: Config, prepared: Prepared, runner: Phases, log: IO[str]) -> Prefix:
+    api, pairs = prepared.api, prepared.pairs
     prefix = Prefix(pairs)
-    prefix.cirrus = phases.run("prefix Cirrus", partial(prefix_cirrus, config, api, pairs, log))
-    prefix.peer = phases.run("prefix peer", partial(prefix_peer, config, api, pairs, log))
-    return ModelRun(config, api, levels, cold, prefix, dict(phases.busy), load_before, load_average())
+    prefix.cirrus = runner.run("prefix Cirrus", partial(prefix_cirrus, config, api, pairs, log))
+    prefix.peer = runner.run("prefix peer", partial(prefix_peer, config, api, pairs, log))
+    return prefix
 
 
 # -- report ------------------------------------------------------------------------------------------------------
@@ -751,8 +799,29 @@ def cold_lines(cold: Cold) -> list[str]:
         f"samples {' '.join(ms(v) for v in ttft)}",
         f"  naive process: spawn to first token         {spread(cold.naive_s)}   "
         f"samples {' '.join(ms(v) for v in cold.naive_s)}",
+        *llama_server_spawn_lines(cold.llama_server),
         f"  prompt tokens (Cirrus usage): {counts([r.stream.prompt_tokens for r in cold.cirrus])}",
         f"  Cirrus phases: {phase_spreads(cold.phases)}",
+        *llama_server_detail_lines(cold.llama_server),
+    ]
+
+
+def llama_server_spawn_lines(starts: list[ProcessStart]) -> list[str]:
+    if not starts:
+        return []
+    seconds = [start.first_token_s for start in starts]
+    line = f"  {LLAMA_SERVER} process: spawn to first token  {spread(seconds)}   "
+    return [line + f"samples {' '.join(ms(v) for v in seconds)}"]
+
+
+def llama_server_detail_lines(starts: list[ProcessStart]) -> list[str]:
+    if not starts:
+        return []
+    ready = [start.ready_s for start in starts]
+    request = [start.first_token_s - start.ready_s for start in starts]
+    return [
+        f"  prompt tokens ({LLAMA_SERVER} usage): {counts([s.reply.stream.prompt_tokens for s in starts])}",
+        f"  {LLAMA_SERVER} phases: ready (/health 200) {spread(ready)}, first token after ready {spread(request)}",
     ]
 
 
@@ -812,15 +881,72 @@ def single_targets(levels: list[Level]) -> list[str]:
     ]
 
 
-def other_targets(run: ModelRun) -> list[str]:
-    cold = statistics.median(r.stream.ttft_s for r in run.cold.cirrus) / statistics.median(run.cold.naive_s)
-    first = statistics.median(a.stream.ttft_s for a, _ in run.prefix.cirrus)
-    second = statistics.median(b.stream.ttft_s for _, b in run.prefix.cirrus)
+def cold_targets(cold: Cold) -> list[str]:
+    ratio = cold_ttft_s(cold) / statistics.median(cold.naive_s)
     return [
-        f"cold-start TTFT <= {TARGET_COLD_RATIO}x naive process:     {cold:.3f}x  {verdict(cold <= TARGET_COLD_RATIO)}",
+        f"cold-start TTFT <= {TARGET_COLD_RATIO}x naive process:     {ratio:.3f}x  "
+        f"{verdict(ratio <= TARGET_COLD_RATIO)}"
+    ]
+
+
+def cold_ttft_s(cold: Cold) -> float:
+    return statistics.median(r.stream.ttft_s for r in cold.cirrus)
+
+
+def prefix_targets(prefix: Prefix) -> list[str]:
+    first = statistics.median(a.stream.ttft_s for a, _ in prefix.cirrus)
+    second = statistics.median(b.stream.ttft_s for _, b in prefix.cirrus)
+    return [
         f"shared-prefix TTFT <= {TARGET_PREFIX_RATIO}x first request: {second / first:.3f}x  "
         f"{verdict(second / first <= TARGET_PREFIX_RATIO)}",
     ]
+
+
+def llama_server_cold_targets(cold: Cold) -> list[str]:
+    if not cold.llama_server:
+        return []
+    ttft = cold_ttft_s(cold)
+    ratio = ttft / statistics.median(start.first_token_s for start in cold.llama_server)
+    return [
+        f"cold-start TTFT <= {ms(TARGET_COLD_TTFT_S)} ms (median of {len(cold.cirrus)}):   {ttft * 1000:.1f} ms  "
+        f"{verdict(ttft <= TARGET_COLD_TTFT_S)}",
+        f"cold-start TTFT <= {TARGET_LLAMA_COLD_RATIO}x {LLAMA_SERVER} process start: {ratio:.3f}x  "
+        f"{verdict(ratio <= TARGET_LLAMA_COLD_RATIO)}",
+    ]
+
+
+def llama_server_level_targets(levels: list[Level]) -> list[str]:
+    if not any(level.server == LLAMA_SERVER for level in levels):
+        return []
+    return [
+        *llama_server_single_targets(levels),
+        *(llama_server_batch_target(levels, c) for c in TARGET_LLAMA_BATCH_LEVELS),
+    ]
+
+
+def llama_server_single_targets(levels: list[Level]) -> list[str]:
+    cirrus, other = find(levels, CIRRUS, 1), find(levels, LLAMA_SERVER, 1)
+    if cirrus is None or other is None:
+        return ["concurrency 1: not measured (see --levels)"]
+    ttft, other_ttft = cirrus.ttft_s(50), other.ttft_s(50)
+    decode = cirrus.decode_tps / other.decode_tps
+    return [
+        f"c=1 TTFT p50 <= {LLAMA_SERVER}'s:             {ttft * 1000:.1f} vs {other_ttft * 1000:.1f} ms  "
+        f"{verdict(ttft <= other_ttft)}",
+        f"c=1 decode >= {TARGET_LLAMA_DECODE_RATIO}x {LLAMA_SERVER}'s:       {decode:.3f}x  "
+        f"{verdict(decode >= TARGET_LLAMA_DECODE_RATIO)}",
+    ]
+
+
+def llama_server_batch_target(levels: list[Level], concurrency: int) -> str:
+    cirrus, other = find(levels, CIRRUS, concurrency), find(levels, LLAMA_SERVER, concurrency)
+    if cirrus is None or other is None:
+        return f"concurrency {concurrency}: not measured (see --levels)"
+    ratio = cirrus.aggregate_tps / other.aggregate_tps
+    return (
+        f"c={concurrency} aggregate >= {TARGET_LLAMA_BATCH_RATIO}x {LLAMA_SERVER}'s:  {ratio:.2f}x  "
+        f"{verdict(ratio >= TARGET_LLAMA_BATCH_RATIO)}"
+    )
 
 
 def busy_line(busy: dict[str, list[float]]) -> str:
@@ -830,9 +956,13 @@ def busy_line(busy: dict[str, list[float]]) -> str:
 
 def peer_commands(run: ModelRun) -> list[str]:
     lines = [f"peer command: {' '.join(peer_command(run.config, 'PORT'))}"]
-    if any(level.server == LLAMA_SERVER for level in run.levels):
+    uses = [
+        *(["throughput"] if any(level.server == LLAMA_SERVER for level in run.levels) else []),
+        *(["cold start"] if run.cold is not None and run.cold.llama_server else []),
+    ]
+    if uses:
         command = llama_server_command(llama_server_binary(), run.config, "PORT")
-        lines.append(f"{LLAMA_SERVER} command (throughput only): {' '.join(command)}")
+        lines.append(f"{LLAMA_SERVER} command ({' and '.join(uses)}): {' '.join(command)}")
     return lines
 
 
@@ -844,20 +974,28 @@ def model_report(run: ModelRun) -> list[str]:
         *peer_commands(run),
         f"load average before: {run.load_before}; after: {run.load_after}",
         busy_line(run.busy),
-        check_line(run.levels),
-        finish_line(run.levels),
+        *(levels_section(run.levels) if run.levels else []),
         "",
-        *level_table(run.levels),
-        "",
-        *cold_lines(run.cold),
-        *prefix_lines(run.prefix),
+        *(cold_lines(run.cold) if run.cold is not None else []),
+        *(prefix_lines(run.prefix) if run.prefix is not None else []),
         "",
         "targets:",
-        *single_targets(run.levels),
-        *batch_targets(run.levels),
-        *other_targets(run),
+        *targets(run.levels, run.cold, run.prefix),
         "",
     ]
+
+
+def levels_section(levels: list[Level]) -> list[str]:
+    return [check_line(levels), finish_line(levels), "", *level_table(levels)]
+
+
+def targets(levels: list[Level], cold: Cold | None, prefix: Prefix | None) -> list[str]:
+    """The verdicts on what was measured: against llama-cpp-python's server, then against llama-server."""
+    lines = [*single_targets(levels), *batch_targets(levels)] if levels else []
+    lines += cold_targets(cold) if cold is not None else []
+    lines += prefix_targets(prefix) if prefix is not None else []
+    lines += llama_server_level_targets(levels)
+    return lines + (llama_server_cold_targets(cold) if cold is not None else [])
 
 
 def source_digest(src: Path) -> str:
@@ -913,8 +1051,26 @@ def header(plan: Plan, digest: str) -> list[str]:
         "first non-empty content delta; aggregate = completion tokens / (first send to last token), summed over "
         "rounds; decode/req = (tokens - 1) / (last token - first token); tail = last token to end of response; "
         "tokens from usage (Cirrus) or counted content deltas (peer, which sends no usage when streaming)",
+        *plan_notes(plan),
         "",
     ]
+
+
+def plan_notes(plan: Plan) -> list[str]:
+    notes = [] if plan.phases == PHASES else [f"phases measured: {', '.join(plan.phases)} (--phases)"]
+    if LLAMA_SERVER in plan.servers and "cold" in plan.phases:
+        notes.append(
+            f"{LLAMA_SERVER} cold start: its process spawned (page cache warm) with its throughput flags, /health "
+            f"polled every {COLD_POLL_S * 1000:g} ms, then the cold request; from the spawn to its first token"
+        )
+    return notes
+
+
+def parse_phases(text: str) -> tuple[str, ...]:
+    chosen = {part.strip() for part in text.split(",") if part.strip()}
+    if not chosen or chosen - set(PHASES):
+        raise argparse.ArgumentTypeError(f"phases are comma-separated names among {','.join(PHASES)}")
+    return tuple(phase for phase in PHASES if phase in chosen)
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
@@ -931,7 +1087,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--levels", type=parse_levels, help="concurrency levels, e.g. 1,4,8,16")
     parser.add_argument("--quick", action="store_true", help="levels 1,8, few requests, 2 runs")
     parser.add_argument("--llama-server", action="store_true", help=f"measure {LLAMA_SERVER} (llama.cpp's own "
-                        "server, built once per machine) too, in the throughput levels")  # fmt: skip
+                        "server, built once per machine) too, in the throughput levels and the cold start")  # fmt: skip
+    parser.add_argument("--phases", type=parse_phases, default=PHASES, help="what to measure, among "
+                        f"{','.join(PHASES)} (default all)")  # fmt: skip
     parser.add_argument("--runs", type=int, help="cold-start and prefix runs (default 5, quick 2)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
@@ -948,7 +1106,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     levels = args.levels or (QUICK_LEVELS if args.quick else DEFAULT_LEVELS)
     runs = args.runs or (2 if args.quick else 5)
     servers = (*SERVERS, LLAMA_SERVER) if args.llama_server else SERVERS
-    return Plan(levels, args.quick, runs, args.threads, args.max_tokens, servers)
+    return Plan(levels, args.quick, runs, args.threads, args.max_tokens, servers, args.phases)
 
 
 def main(argv: list[str] | None = None) -> int:
