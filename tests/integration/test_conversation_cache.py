@@ -4,6 +4,7 @@ server's own answers included), as a chat client does."""
 
 from pathlib import Path
 
+import httpx
 import pytest
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
@@ -62,3 +63,23 @@ def test_conversations_evicted_from_the_kv_cache_come_back_from_host_memory(tmp_
     with running_server(tmp_path, "--catalog", str(path)) as server:
         client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
         assert_whole_earlier_turns_cached(replay(client, conversations=6, turns=3))
+
+
+@pytest.mark.integration
+def test_a_conversation_continues_from_disk_after_its_model_scaled_to_zero(tmp_path: Path) -> None:
+    path = catalog(tmp_path, parallel=2, context_window=1024)
+    with running_server(tmp_path, "--catalog", str(path)) as server:
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+        [turns] = replay(client, conversations=1, turns=1)
+        unloaded = httpx.post(f"{server.url}/admin/models/{SMOLLM}/unload", timeout=60)
+        assert unloaded.status_code == 200 and unloaded.json()["result"]["stopped"] == 1
+        assert server.instances() == []
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Tell me fact 1 about {TOPICS[0]}."},
+        ]
+        answer = client.chat.completions.create(model=SMOLLM, messages=messages, max_tokens=4, temperature=0)
+        assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+        [(prompt_tokens, _)] = turns
+        assert answer.usage.prompt_tokens_details.cached_tokens == prompt_tokens - 1
+        assert len(server.instances()) == 1

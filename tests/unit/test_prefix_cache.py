@@ -1,10 +1,12 @@
 """The prefix cache's bookkeeping, over fake KV cells that hold each sequence's tokens as a list."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from cirrus.pool.affinity import AffinityTable
+from cirrus.runtime.disk_tier import read_index, read_state, write_snapshot
 from cirrus.runtime.host_tier import MIN_TOKENS, HostTier
 from cirrus.runtime.prefix_cache import PrefixCache, sequence_ids
 from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
@@ -206,3 +208,56 @@ def test_the_affinity_table_forgets_the_oldest_session_first() -> None:
     assert table.get("a") == "inst-1"
     table.remember("c", "inst-3")
     assert table.get("b") is None and table.get("a") == "inst-1" and table.get("c") == "inst-3"
+
+
+def test_a_snapshot_holds_idle_sequences_then_host_entries_newest_first_within_the_budget() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=100)
+    cache = PrefixCache(cells, 3, host)
+    for n in range(4):  # the oldest goes to the host tier
+        run(cache, cells, conversation(n + 1, 40), answer=[])
+    held = [saved.tokens[0] for saved in cache.snapshot()]
+    assert held == [4000, 3000]  # 40 + 40 tokens fit the 100-token budget; the third would not
+    assert len(host) == 1
+
+
+def test_what_one_instance_keeps_on_disk_the_next_one_restores(tmp_path: Path) -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=1_000)
+    cache = PrefixCache(cells, 3, host)
+    turn = conversation(1, 50)
+    run(cache, cells, turn, answer=[7])
+    assert write_snapshot(tmp_path, ((s.tokens, s.salt, s.state) for s in cache.snapshot())) == 1
+
+    later_cells, later_host = FakeCells(), HostTier(capacity_tokens=1_000)
+    for stored in read_index(tmp_path):
+        later_host.put(stored.tokens, stored.salt, stored.path)
+    later = PrefixCache(later_cells, 3, later_host)
+    admission = later.admit([*turn, 7, 8, 9])
+    assert admission.restored and admission.reuse == len(turn) + 1
+    assert later_cells.held[admission.slot] == [*turn, 7]
+
+
+def test_a_snapshot_replaces_what_the_folder_held_and_keeps_unchanged_entries(tmp_path: Path) -> None:
+    first, second = conversation(1, 40), conversation(2, 40)
+    write_snapshot(tmp_path, [(first, None, b"one"), (second, None, b"two")])
+    [kept] = [s for s in read_index(tmp_path) if s.tokens == tuple(first)]
+    write_snapshot(tmp_path, [(first, None, kept.path)])
+    assert [s.tokens for s in read_index(tmp_path)] == [tuple(first)]
+    assert read_state(kept.path) == b"one"
+
+
+def test_an_entry_another_instance_removed_is_evaluated_instead(tmp_path: Path) -> None:
+    write_snapshot(tmp_path, [(conversation(1, 40), None, b"[]")])
+    host = HostTier(capacity_tokens=1_000)
+    for stored in read_index(tmp_path):
+        host.put(stored.tokens, stored.salt, stored.path)
+        stored.path.unlink()
+    cells = FakeCells()
+    admission = PrefixCache(cells, 3, host).admit([*conversation(1, 40), 1])
+    assert admission.reuse == 0 and not admission.restored
+
+
+def test_unreadable_entries_are_skipped(tmp_path: Path) -> None:
+    write_snapshot(tmp_path, [(conversation(1, 40), None, b"state")])
+    (tmp_path / "broken.kv").write_bytes(b"\x01")
+    assert [len(s.tokens) for s in read_index(tmp_path)] == [40]
+    assert read_index(tmp_path / "missing") == []

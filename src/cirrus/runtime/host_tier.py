@@ -3,13 +3,15 @@ state in host memory, and restored into the KV cache when a prompt starts with o
 
 Restoring is a copy (about 1 ms for 230 tokens of SmolLM2, 5 MB) where evaluating the same tokens again takes
 hundreds of milliseconds on a CPU, so any prefix of a few blocks is worth keeping. The tier is bounded in tokens,
-the unit the pool's memory estimate prices it in; the least recently used entries go first.
+the unit the pool's memory estimate prices it in; the least recently used entries go first. An entry's state may also
+still be on disk (`runtime.disk_tier`, what an earlier instance left), read only when a prompt matches it.
 """
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from cirrus.runtime.prefix_index import Match, PrefixIndex
 
@@ -21,7 +23,7 @@ MIN_TOKENS = 32
 class Saved:
     tokens: tuple[int, ...]
     salt: Hashable
-    state: bytes
+    state: bytes | Path
 
 
 class HostTier:
@@ -42,7 +44,7 @@ class HostTier:
         match = self._index.longest(tokens, salt)
         return match is None or match.length < len(tokens)
 
-    def put(self, tokens: Sequence[int], salt: Hashable, state: bytes) -> None:
+    def put(self, tokens: Sequence[int], salt: Hashable, state: bytes | Path) -> None:
         """Keep a saved sequence; entries it extends are dropped (it answers every prompt they would)."""
         while (shorter := self._index.longest(tokens, salt)) is not None and shorter.length == len(
             self._index.tokens(shorter.key)
@@ -57,6 +59,9 @@ class HostTier:
 
     def longest(self, prompt: Sequence[int], salt: Hashable) -> Match[int] | None:
         return self._index.longest(prompt, salt)
+
+    def newest_first(self) -> Iterator[Saved]:
+        return reversed(self._entries.values())
 
     def take(self, entry: int) -> Saved:
         """Remove an entry to restore it (it lives in the KV cache again, and comes back here when evicted)."""

@@ -11,11 +11,12 @@ every decode step a little (measured on SmolLM2: 32 idle conversations of 200 to
 speed), while restoring one from host memory costs about a millisecond.
 """
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from cirrus.runtime.host_tier import HostTier
+from cirrus.runtime.disk_tier import read_state
+from cirrus.runtime.host_tier import HostTier, Saved
 from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
 
 # Idle sequence ids kept beside each running one.
@@ -98,6 +99,18 @@ class PrefixCache:
             self._index.remove(slot)
             self._empty.append(slot)
 
+    def snapshot(self) -> Iterator[Saved]:
+        """What the cache holds beyond its running sequences, most recently used first, within the host tier's
+        budget: the idle sequences (saved now), then the host tier's entries. Nothing without a host tier."""
+        if self._host is None:
+            return
+        budget = self._host.capacity_tokens
+        idle = (Saved(tuple(self.tokens(s)), self._index.salt(s), self._cells.save(s)) for s in reversed(self._idle))
+        for saved in (*idle, *self._host.newest_first()):
+            if len(saved.tokens) <= budget:
+                budget -= len(saved.tokens)
+                yield saved
+
     def evict_one(self) -> bool:
         """Free the least recently used idle sequence's cells (the KV cache is full). False if none is idle."""
         if not self._idle:
@@ -118,8 +131,11 @@ class PrefixCache:
     def _restore(self, prompt: Sequence[int], salt: Hashable, entry: int, reuse: int) -> Admission | None:
         assert self._host is not None
         saved = self._host.take(entry)
+        state = saved.state if isinstance(saved.state, bytes) else read_state(saved.state)
+        if state is None:
+            return None
         slot = self._vacant()
-        while not self._cells.restore(slot, saved.state):
+        while not self._cells.restore(slot, state):
             if not self._idle:  # no room even with every idle sequence gone: evaluate instead
                 self._empty.append(slot)
                 self._host.put(saved.tokens, saved.salt, saved.state)

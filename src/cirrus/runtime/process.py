@@ -44,6 +44,7 @@ class LoadOptions:
     parallel: int = 1
     kv_cells: int = 0
     host_cache_tokens: int = 0  # the prefix cache's host tier (runtime.host_tier); 0: none
+    prefix_cache_dir: str | None = None  # where the prefix cache outlives the instance (runtime.disk_tier)
     chat_template: str | None = None
     embeddings: bool = False  # an embeddings engine (n_ctx: the most tokens one text may have)
 

@@ -12,10 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cirrus.runtime.frames import Frame
-from cirrus.runtime.host_tier import HostTier
 from cirrus.runtime.llama import GrammarError, LlamaModel, Sampler
 from cirrus.runtime.params import GenerationInput
-from cirrus.runtime.prefix_cache import PrefixCache, sequence_ids
+from cirrus.runtime.prefix_cache import PrefixCache
 from cirrus.runtime.prompts import InputError, PromptBuilder
 from cirrus.runtime.sequence import ReasoningCounter, Sequence, ThinkingMarkers
 
@@ -39,7 +38,7 @@ class BatchScheduler:
         context_per_sequence: int,
         send: Send,
         is_cancelled: Callable[[str], bool],
-        host_tokens: int = 0,
+        cache: PrefixCache,
     ) -> None:
         self._model = model
         self._prompts = prompts
@@ -47,8 +46,7 @@ class BatchScheduler:
         self._send = send
         self._is_cancelled = is_cancelled
         self._slots = slots
-        host = HostTier(host_tokens) if host_tokens > 0 else None
-        self._cache = PrefixCache(model, sequence_ids(slots), host)
+        self._cache = cache
         self._running: list[Sequence] = []
         self._waiting: deque[Frame] = deque()
         self._thinking = _thinking_markers(model)
