@@ -125,7 +125,9 @@ class ProcessLauncher:
         file, as it is now, since a saved KV state is only valid for the weights that computed it."""
         stat = weights.stat()
         identity = f"{weights.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
-        return self._settings.state_dir / "prefix-cache" / hashlib.blake2b(identity, digest_size=8).hexdigest()
+        return (
+            self._settings.state_dir / "prefix-cache" / hashlib.blake2b(identity, digest_size=8).hexdigest()
+        )
 
     async def launch(self, spec: ModelSpec) -> WorkerProcess:
         await self.estimate(spec)

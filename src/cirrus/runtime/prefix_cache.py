@@ -105,7 +105,10 @@ class PrefixCache:
         if self._host is None:
             return
         budget = self._host.capacity_tokens
-        idle = (Saved(tuple(self.tokens(s)), self._index.salt(s), self._cells.save(s)) for s in reversed(self._idle))
+        idle = (
+            Saved(tuple(self.tokens(s)), self._index.salt(s), self._cells.save(s))
+            for s in reversed(self._idle)
+        )
         for saved in (*idle, *self._host.newest_first()):
             if len(saved.tokens) <= budget:
                 budget -= len(saved.tokens)
