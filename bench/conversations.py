@@ -14,16 +14,18 @@ started by the benchmark for each measurement and measured while the others are 
 
 import argparse
 import asyncio
+import contextlib
 import importlib.metadata
 import os
 import platform
 import random
+import re
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -64,6 +66,9 @@ from bench.serving import (
     watched,
 )
 from cirrus.catalog import DEFAULT_MODEL
+
+# Tokens of KV prefixes Cirrus keeps in host memory here: about 750 MB for SmolLM2 (23 KB a token).
+HOST_CACHE_TOKENS = 32768
 
 SERVER_NAMES = {"cirrus": CIRRUS, "llama-server": LLAMA_SERVER, "llama-cpp-python": PEER}
 DEFAULT_CONVERSATIONS, DEFAULT_TURNS, DEFAULT_LEVELS = (8, 32), 6, (1, 8)
@@ -586,6 +591,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="4 conversations x 3 turns at concurrency 1")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--host-cache-tokens", type=int, default=HOST_CACHE_TOKENS,
+                        help="Cirrus's host tier for the chat models, in tokens (its catalog default is half the "
+                        f"KV cache; llama-server keeps up to 8 GiB of prompts in host memory by default); "
+                        f"default {HOST_CACHE_TOKENS}")  # fmt: skip
     parser.add_argument("--wait-quiet", type=float, default=60.0, metavar="SECONDS",
                         help=f"before each measurement, wait up to this long for others to use under "
                         f"{QUIET_CORES} cores")  # fmt: skip
@@ -602,6 +611,26 @@ def plan_of(args: argparse.Namespace) -> Plan:
     return Plan(conversations, turns, levels, args.servers)
 
 
+@contextlib.contextmanager
+def host_cache_catalog(tokens: int) -> Iterator[None]:
+    """The built-in catalog with `host_cache_tokens` set for every model that has a KV cache, given to the Cirrus
+    servers this process starts (bench.core.cirrus_server passes the environment on)."""
+    text = (ROOT / "src/cirrus/catalog/default.toml").read_text()
+    text = re.sub(r"^(kv_cache_tokens = \d+.*)$", rf"\1\nhost_cache_tokens = {tokens}", text, flags=re.M)
+    with tempfile.NamedTemporaryFile("w", prefix="cirrus-catalog-", suffix=".toml") as catalog:
+        catalog.write(text)
+        catalog.flush()
+        previous = os.environ.get("CIRRUS_CATALOG")
+        os.environ["CIRRUS_CATALOG"] = catalog.name
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["CIRRUS_CATALOG"]
+            else:
+                os.environ["CIRRUS_CATALOG"] = previous
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = plan_of(args)
@@ -612,11 +641,16 @@ def main(argv: list[str] | None = None) -> int:
         llama_server_binary()  # built (once per machine) before anything is measured
     started = time.monotonic()
     with (
+        host_cache_catalog(args.host_cache_tokens),
         frozen_source() as src,
         tempfile.NamedTemporaryFile("w", prefix="cirrus-conversations-", suffix=".log", delete=False) as log,
     ):
         frozen = source_digest(src)
         print("\n".join(header(config, plan, frozen)), flush=True)
+        print(
+            f"Cirrus's catalog: the built-in one with host_cache_tokens = {args.host_cache_tokens}",
+            flush=True,
+        )
         load_before, phases = load_average(), Phases(args.wait_quiet)
         runs = measure_all(config, Api(config.spec.id, chat=True), plan, phases, log)
     print(f"load average before: {load_before}; after: {load_average()}")

@@ -277,16 +277,24 @@ def stop_server(server: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def cirrus_server(threads: int, log: IO[str]) -> Iterator[httpx.Client]:
+    """A Cirrus server with a state folder of its own, so that no prefix cache an earlier run left on disk
+    (runtime/disk_tier.py) answers for this one."""
     port = free_port()
-    env = {**os.environ, "CIRRUS_THREADS": str(threads), "CIRRUS_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S)}
-    command = [sys.executable, "-m", "cirrus.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=REQUEST_TIMEOUT_S) as client:
-            wait_ready(client, server)
-            yield client
-    finally:
-        stop_server(server)
+    with tempfile.TemporaryDirectory(prefix="cirrus-bench-state-") as state:
+        env = {
+            **os.environ,
+            "CIRRUS_THREADS": str(threads),
+            "CIRRUS_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S),
+            "CIRRUS_STATE_DIR": state,
+        }
+        command = [sys.executable, "-m", "cirrus.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=REQUEST_TIMEOUT_S) as client:
+                wait_ready(client, server)
+                yield client
+        finally:
+            stop_server(server)
 
 
 def request_body(prompt: str, max_tokens: int) -> dict[str, Any]:
