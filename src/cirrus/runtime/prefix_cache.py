@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cirrus.runtime.disk_tier import read_state
-from cirrus.runtime.host_tier import HostTier, Saved
+from cirrus.runtime.host_tier import MIN_TOKENS, HostTier, Saved
 from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
 
 # Idle sequence ids kept beside each running one.
@@ -50,8 +50,13 @@ class Admission:
 
 
 class PrefixCache:
-    def __init__(self, cells: KvCells, sequences: int, host: HostTier | None = None) -> None:
+    def __init__(
+        self, cells: KvCells, sequences: int, host: HostTier | None = None, idle_tokens: int | None = None
+    ) -> None:
+        """`idle_tokens`: with a host tier, the most tokens idle sequences keep in the KV cache; past it the least
+        recently used move to the host tier (attention spans every cell in use; a restore costs a copy)."""
         self._cells = cells
+        self._idle_tokens = idle_tokens if host is not None else None
         self._index: PrefixIndex[int] = PrefixIndex()
         self._idle: dict[int, None] = {}  # least recently used first
         self._empty = list(range(sequences))
@@ -72,20 +77,18 @@ class PrefixCache:
         """Give prompt a sequence id holding as much of it as any tier has. One prompt token is always left to
         evaluate, for its logits."""
         limit = max(len(prompt) - 1, 0)
+        restored = self._promote_from_host(prompt, salt, limit)
         resident = self._index.longest(prompt, salt)
-        resident_length = min(resident.length, limit) if resident is not None else 0
-        saved = self._host.longest(prompt, salt) if self._host is not None else None
-        if saved is not None and min(saved.length, limit) >= resident_length + BLOCK:
-            admission = self._restore(prompt, salt, saved.key, min(saved.length, limit))
-            if admission is not None:
-                return admission
-        if resident is None or resident_length == 0:
+        reuse = min(resident.length, limit) if resident is not None else 0
+        if resident is None or reuse == 0:
             return self._start(self._vacant(), prompt, salt, 0)
         if resident.key in self._idle and resident.length == self.length(resident.key):
-            return self._adopt(resident.key, prompt, resident_length)
+            return self._adopt(resident.key, reuse, restored)
+        if resident.key in self._idle:  # shared from: the most recently used now
+            self._idle[resident.key] = self._idle.pop(resident.key)
         slot = self._vacant(keep=resident.key)
-        self._cells.share(resident.key, slot, resident_length)
-        return self._start(slot, prompt, salt, resident_length)
+        self._cells.share(resident.key, slot, reuse)
+        return self._start(slot, prompt, salt, reuse, restored)
 
     def extend(self, slot: int, tokens: Sequence[int]) -> None:
         self._index.extend(slot, tokens)
@@ -95,9 +98,19 @@ class PrefixCache:
         self._running.discard(slot)
         if self.length(slot) > 0:
             self._idle[slot] = None
+            self._keep_idle_within_budget()
         else:
             self._index.remove(slot)
             self._empty.append(slot)
+
+    def _keep_idle_within_budget(self) -> None:
+        if self._idle_tokens is None:
+            return
+        held = sum(self.length(slot) for slot in self._idle)
+        while held > self._idle_tokens and len(self._idle) > 1:
+            oldest = next(iter(self._idle))
+            held -= self.length(oldest)
+            self._empty.append(self._evict(oldest))
 
     def snapshot(self) -> Iterator[Saved]:
         """What the cache holds beyond its running sequences, most recently used first, within the host tier's
@@ -108,6 +121,7 @@ class PrefixCache:
         idle = (
             Saved(tuple(self.tokens(s)), self._index.salt(s), self._cells.save(s))
             for s in reversed(self._idle)
+            if MIN_TOKENS <= self.length(s) <= budget
         )
         for saved in (*idle, *self._host.newest_first()):
             if len(saved.tokens) <= budget:
@@ -123,36 +137,49 @@ class PrefixCache:
 
     # -- admission paths --------------------------------------------------------------------------------------
 
-    def _adopt(self, slot: int, prompt: Sequence[int], reuse: int) -> Admission:
+    def _adopt(self, slot: int, reuse: int, restored: bool) -> Admission:
         """An idle sequence that prompt extends becomes the new sequence, cells and all."""
         del self._idle[slot]
         self._cells.forget(slot, reuse)
         self._index.truncate(slot, reuse)
         self._running.add(slot)
-        return Admission(slot, reuse)
+        return Admission(slot, reuse, restored)
 
-    def _restore(self, prompt: Sequence[int], salt: Hashable, entry: int, reuse: int) -> Admission | None:
-        assert self._host is not None
-        saved = self._host.take(entry)
+    def _promote_from_host(self, prompt: Sequence[int], salt: Hashable, limit: int) -> bool:
+        """Bring the host tier's entry sharing the longest prefix with prompt back into the KV cache, whole, as an
+        idle sequence, when it holds at least a block more of the prompt than the KV cache does. An entry that
+        cannot be read, or does not fit even once every idle sequence is gone, is dropped."""
+        match = self._host.longest(prompt, salt) if self._host is not None else None
+        if match is None or self._host is None:
+            return False
+        resident = self._index.longest(prompt, salt)
+        held = min(resident.length, limit) if resident is not None else 0
+        if min(match.length, limit) < held + BLOCK:
+            return False
+        saved = self._host.take(match.key)
         state = saved.state if isinstance(saved.state, bytes) else read_state(saved.state)
-        if state is None:
-            return None
         slot = self._vacant()
-        while not self._cells.restore(slot, state):
-            if not self._idle:  # no room even with every idle sequence gone: evaluate instead
-                self._empty.append(slot)
-                self._host.put(saved.tokens, saved.salt, saved.state)
-                return None
-            self._empty.append(self._evict(next(iter(self._idle))))
-        self._cells.forget(slot, reuse)
-        self._index.put(slot, prompt[:reuse], salt)
-        self._running.add(slot)
-        return Admission(slot, reuse, restored=True)
+        if state is None or not self._restore_into(slot, state):
+            self._empty.append(slot)
+            return False
+        self._index.put(slot, saved.tokens, saved.salt)
+        self._idle[slot] = None
+        return True
 
-    def _start(self, slot: int, prompt: Sequence[int], salt: Hashable, reuse: int) -> Admission:
+    def _restore_into(self, slot: int, state: bytes) -> bool:
+        while not self._cells.restore(slot, state):
+            self._cells.forget(slot, 0)  # llama.cpp may leave cells behind when a state fails half-read
+            if not self._idle:
+                return False
+            self._empty.append(self._evict(next(iter(self._idle))))
+        return True
+
+    def _start(
+        self, slot: int, prompt: Sequence[int], salt: Hashable, reuse: int, restored: bool = False
+    ) -> Admission:
         self._index.put(slot, prompt[:reuse], salt)
         self._running.add(slot)
-        return Admission(slot, reuse)
+        return Admission(slot, reuse, restored)
 
     def _vacant(self, keep: int | None = None) -> int:
         """An id holding nothing: an empty one, else the least recently used idle one (not `keep`), evicted."""

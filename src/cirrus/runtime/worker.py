@@ -68,7 +68,7 @@ class Worker:
         # main thread, read by the reader thread.
         self._steps = 0
         # Where the prefix cache is kept when this worker stops, and read back by the next one (disk_tier).
-        self._prefixes: tuple[Path, PrefixCache] | None = None
+        self._prefixes: tuple[Path, PrefixCache, list[Path]] | None = None
 
     def serve(self) -> None:
         engine = self._load()
@@ -85,9 +85,9 @@ class Worker:
 
     def _keep_prefixes(self) -> None:
         if self._prefixes is not None:
-            folder, cache = self._prefixes
+            folder, cache, read = self._prefixes
             try:
-                write_snapshot(folder, ((s.tokens, s.salt, s.state) for s in cache.snapshot()))
+                write_snapshot(folder, ((s.tokens, s.salt, s.state) for s in cache.snapshot()), read)
             except OSError:
                 log.exception("could not keep the prefix cache in %s", folder)
 
@@ -138,12 +138,13 @@ class Worker:
         """The prefix cache, with what an earlier instance of the model left on disk in its host tier."""
         tokens = int(options.get("host_cache_tokens", 0))
         host = HostTier(tokens) if tokens > 0 else None
-        cache = PrefixCache(model, sequence_ids(slots), host)
+        cache = PrefixCache(model, sequence_ids(slots), host, idle_tokens=int(options["kv_cells"]) // 4)
         folder = options.get("prefix_cache_dir")
         if host is not None and folder:
-            for stored in read_index(Path(folder)):
-                host.put(stored.tokens, stored.salt, stored.path)
-            self._prefixes = (Path(folder), cache)
+            stored = read_index(Path(folder))
+            for entry in stored:
+                host.put(entry.tokens, entry.salt, entry.path)
+            self._prefixes = (Path(folder), cache, [entry.path for entry in stored])
         return cache
 
     def _build_embeddings(self, options: dict[str, Any]) -> EmbeddingEngine:
