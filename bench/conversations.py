@@ -64,6 +64,7 @@ from bench.serving import (
     source_digest,
     sse_events,
     watched,
+    working_tree_line,
 )
 from cirrus.catalog import DEFAULT_MODEL
 
@@ -657,9 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     print(busy_line(phases.busy))
     print("")
     print("\n".join(report(runs, plan.turns)))
-    live = source_digest(ROOT / "src")
-    edited = "" if live == frozen else " (edited while the benchmark ran; the figures are for the copy)"
-    print(f"src/ of the working tree at the end: digest {live}{edited}")
+    print(working_tree_line(frozen))
     print(f"took {time.monotonic() - started:.0f} s; server logs: {log.name}")
     return 0
 

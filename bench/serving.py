@@ -1192,11 +1192,16 @@ def main(argv: list[str] | None = None) -> int:
         for model in args.model or [DEFAULT_MODEL, GEMMA]:
             run = measure_model(model, plan, Phases(args.wait_quiet), log)
             print("\n".join(model_report(run)), flush=True)
-    live = source_digest(ROOT / "src")
-    edited = "" if live == frozen else " (edited while the benchmark ran; the figures are for the copy)"
-    print(f"src/ of the working tree at the end: digest {live}{edited}")
+    print(working_tree_line(frozen))
     print(f"server logs: {log.name}")
     return 0
+
+
+def working_tree_line(frozen: str) -> str:
+    """Whether src/ changed while a benchmark served its frozen copy (digest `frozen`)."""
+    live = source_digest(ROOT / "src")
+    edited = "" if live == frozen else " (edited while the benchmark ran; the figures are for the copy)"
+    return f"src/ of the working tree at the end: digest {live}{edited}"
 
 
 if __name__ == "__main__":
