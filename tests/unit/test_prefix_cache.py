@@ -311,11 +311,3 @@ def test_idle_sequences_past_their_share_of_the_kv_cache_move_to_the_host_tier()
     assert cache.idle == 2 and len(host) == 2  # 2 x 40 idle tokens fit 100; the two oldest were saved
     _, reuse = run(cache, cells, [*conversation(1, 40), 5], answer=[])
     assert reuse == 40
-
-
-def test_a_prompt_that_must_not_reuse_cells_is_evaluated_whole_and_still_cached_for_others() -> None:
-    cells = FakeCells()
-    cache = PrefixCache(cells, 4)
-    run(cache, cells, [*SYSTEM, 1, 2], answer=[])
-    whole = cache.admit([*SYSTEM, 1, 2, 3], reuse_cells=False)
-    assert whole.reuse == 0 and cells.held.get(whole.slot, []) == []

@@ -73,12 +73,9 @@ class PrefixCache:
     def tokens(self, slot: int) -> list[int]:
         return self._index.tokens(slot)
 
-    def admit(self, prompt: Sequence[int], salt: Hashable = None, reuse_cells: bool = True) -> Admission:
+    def admit(self, prompt: Sequence[int], salt: Hashable = None) -> Admission:
         """Give prompt a sequence id holding as much of it as any tier has. One prompt token is always left to
-        evaluate, for its logits. Without `reuse_cells` the whole prompt is evaluated: logits computed over
-        reused cells differ in their last bits, so a seeded request would not repeat its text."""
-        if not reuse_cells:
-            return self._start(self._vacant(), prompt, salt, 0)
+        evaluate, for its logits."""
         limit = max(len(prompt) - 1, 0)
         restored = self._promote_from_host(prompt, salt, limit)
         resident = self._index.longest(prompt, salt)

@@ -93,7 +93,7 @@ class BatchScheduler:
         budget = self._budget(len(prompt), inputs.sampling.max_tokens, inputs)
         sampler = Sampler(inputs.sampling, self._model.n_vocab, self._model.vocab)  # before a slot is claimed
         sampler.remember(prompt)
-        placement = self._cache.admit(prompt, reuse_cells=inputs.sampling.seed is None)
+        placement = self._cache.admit(prompt)
         self._running.append(
             Sequence(
                 request_id,
