@@ -137,6 +137,10 @@ class Settings(BaseSettings):
         default=90.0, ge=0, description="how long per-request usage rows are kept (0: forever)"
     )
     usage_retention_interval_s: float = Field(default=3600.0, gt=0, description="how often expired rows go")
+    # The Responses API's stored responses (`store: true`), kept for `previous_response_id` and GET, as OpenAI's.
+    responses_retention_days: float = Field(
+        default=30.0, gt=0, description="how long stored responses are kept"
+    )
 
     # Pulling from and pushing to OCI registries that want credentials (else ~/.docker/config.json's are used).
     registry_username: str | None = None

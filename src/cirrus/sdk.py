@@ -17,14 +17,16 @@ from urllib.parse import quote
 
 import httpx
 
-from cirrus.api.usage import usage_dict
-from cirrus.api.validation import invalid_input
-from cirrus.api.workers_ai.schemas import TextGenerationInput
+from cirrus.api.workers_ai.encode import embedding_body, result_body, stream_payloads
+from cirrus.api.workers_ai.inputs import chat_request, task_input
+from cirrus.api.workers_ai.schemas import TextEmbeddingsInput
+from cirrus.catalog import ModelSpec
+from cirrus.chat import ChatRequest, start_chat
 from cirrus.config import Settings
-from cirrus.errors import CirrusError
+from cirrus.errors import CirrusError, InvalidInput
 from cirrus.platform import Platform
-from cirrus.runtime.events import TextDelta
-from cirrus.service import InferenceRequest
+from cirrus.runtime.params import GenerationInput
+from cirrus.service import EmbeddingRequest, Generation, InferenceRequest
 
 T = TypeVar("T")
 Result = dict[str, Any]
@@ -106,38 +108,48 @@ class LocalAi(Ai):
             future.cancel()
             raise
 
-    def _request(self, model: str, inputs: dict[str, Any]) -> InferenceRequest:
-        from pydantic import ValidationError
+    def _next_id(self) -> str:
+        self._counter += 1
+        return f"local-{self._counter}"
 
+    def _input(self, model: str, inputs: dict[str, Any]) -> tuple[ModelSpec, Any]:
+        """The model and its task's input, checked as the /ai/run route checks them."""
         try:
-            body = TextGenerationInput.model_validate(inputs)
             spec = self.platform.catalog.get(model)
-        except ValidationError as exc:
-            raise AiError.from_cirrus(invalid_input(exc.errors())) from None
+            return spec, task_input(spec, inputs)
         except CirrusError as exc:
             raise AiError.from_cirrus(exc) from None
-        self._counter += 1
-        return InferenceRequest(
-            f"local-{self._counter}",
-            spec.id,
-            body.generation_input(spec.max_tokens_default),
-            body.keep_alive_s(),
-        )
+
+    def _chat(self, model: str, inputs: dict[str, Any]) -> ChatRequest:
+        spec, body = self._input(model, inputs)
+        if isinstance(body, TextEmbeddingsInput):
+            raise AiError.from_cirrus(
+                InvalidInput(f"{spec.id} is a text-embeddings model: it does not stream")
+            )
+        return chat_request(spec, body)
 
     def stream(self, model: str, inputs: dict[str, Any]) -> Stream:
-        return self._stream(self._request(model, inputs))
+        return self._stream(self._events(self._chat(model, inputs)))
 
     def _run(self, model: str, inputs: dict[str, Any]) -> Result:
-        request = self._request(model, inputs)
+        spec, body = self._input(model, inputs)
         try:
-            completion = self._call(self.platform.service.complete(request))
+            if isinstance(body, TextEmbeddingsInput):
+                request = EmbeddingRequest(
+                    self._next_id(), spec.id, body.embedding_input(), body.keep_alive_s()
+                )
+                return embedding_body(self._call(self.platform.service.embed(request)))
+            return self._call(self._whole(chat_request(spec, body)))
         except CirrusError as exc:
             raise AiError.from_cirrus(exc) from None
-        return {"response": completion.text, "usage": usage_dict(completion.usage)}
 
-    def _stream(self, request: InferenceRequest) -> Stream:
+    async def _whole(self, chat: ChatRequest) -> Result:
+        run = await start_chat(ServiceEngine(self.platform, self._next_id()), chat)
+        return result_body(await run.whole(), run.json_mode, run.raw)
+
+    def _stream(self, events: AsyncIterator[Result]) -> Stream:
         items: queue.Queue[object] = queue.Queue()
-        pump = asyncio.run_coroutine_threadsafe(self._pump(self._events(request), items), self._loop)
+        pump = asyncio.run_coroutine_threadsafe(self._pump(events, items), self._loop)
         try:
             while (item := items.get()) is not _END:
                 if isinstance(item, CirrusError):
@@ -152,12 +164,11 @@ class LocalAi(Ai):
             if not self._loop.is_closed():
                 pump.cancel()
 
-    async def _events(self, request: InferenceRequest) -> AsyncIterator[Result]:
-        async for event in await self.platform.service.start(request):
-            if isinstance(event, TextDelta):
-                yield {"response": event.text}
-            else:
-                yield {"response": "", "usage": usage_dict(event.usage)}
+    async def _events(self, chat: ChatRequest) -> AsyncIterator[Result]:
+        run = await start_chat(ServiceEngine(self.platform, self._next_id()), chat)
+        async for event in run:
+            for payload in stream_payloads(event):
+                yield payload
 
     @staticmethod
     async def _pump(events: AsyncIterator[Result], items: "queue.Queue[object]") -> None:
@@ -181,6 +192,24 @@ class LocalAi(Ai):
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+class ServiceEngine:
+    """The chat core's engine inside this process: the platform's service, with no gateway in front."""
+
+    def __init__(self, platform: Platform, request_id: str) -> None:
+        self.model_files = platform.model_files
+        self.catalog = platform.catalog
+        self._platform = platform
+        self._request_id = request_id
+
+    def resolve(self, model: str) -> ModelSpec:
+        return self.catalog.get(model)
+
+    async def run(self, model: str, inputs: GenerationInput, keep_alive_s: float | None) -> Generation:
+        return await self._platform.service.start(
+            InferenceRequest(self._request_id, model, inputs, keep_alive_s)
+        )
 
 
 class RemoteAi(Ai):

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from cirrus.api.chat.answer import ChatStream, parse_whole
-from cirrus.api.chat.options import chat_options
-from cirrus.api.chat.plan import plan_chat
-from cirrus.api.chat.prompted import prompted_messages
 from cirrus.api.openai.chat import _deltas, _message
-from cirrus.api.workers_ai.run import _chat_result, _stream_events
+from cirrus.api.workers_ai.encode import result_body, stream_payloads
 from cirrus.api.workers_ai.schemas import TextGenerationInput
+from cirrus.chat.answer import ChatStream, parse_whole
+from cirrus.chat.options import chat_options
+from cirrus.chat.plan import plan_chat
+from cirrus.chat.prompted import prompted_messages
 from cirrus.errors import InvalidInput, JsonModeFailed
 from cirrus.families import ChatDelta, family
 from cirrus.runtime.params import GenerationInput, SamplingParams, Usage
@@ -61,7 +61,7 @@ def test_glm_output_streamed_becomes_reasoning_and_a_tool_call_on_both_protocols
     call = openai_deltas[1]["tool_calls"][0]
     assert (call["index"], call["type"], call["function"]["name"]) == (0, "function", "get_weather")
     assert json.loads(call["function"]["arguments"]) == {"city": "Oslo"}
-    workers = _stream_events(total)
+    workers = stream_payloads(total)
     assert workers[0] == {"response": "", "reasoning": "The user wants Oslo."}
     assert workers[1]["tool_calls"][0] | {"id": "x"} == {
         "id": "x",
@@ -75,7 +75,7 @@ def test_glm_whole_answer_in_each_protocols_fields() -> None:
     message = _message(result)
     assert message["content"] is None and message["reasoning_content"] == "The user wants Oslo."
     assert message["tool_calls"][0]["function"]["arguments"] == '{"city": "Oslo"}'
-    workers = _chat_result(result, json_mode=False)
+    workers = result_body(result, json_mode=False)
     assert workers["reasoning"] == "The user wants Oslo." and workers["response"] == ""
     assert workers["tool_calls"][0]["arguments"] == {"city": "Oslo"}
 

@@ -51,7 +51,7 @@ def test_both_families_are_listed_with_their_workers_ai_figures() -> None:
         0.95,
         4.00,
     )
-    assert (flash.family, kimi.family) == ("glm47", "kimi_k2")
+    assert (flash.family, kimi.family) == ("glm47", "kimi_k25")
 
 
 @pytest.mark.parametrize("spec", family_entries(), ids=lambda spec: spec.id)

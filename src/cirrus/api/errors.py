@@ -9,8 +9,23 @@ from fastapi.responses import JSONResponse
 from cirrus.api.protocol import WireProtocol
 from cirrus.errors import CirrusError
 
+# Anthropic's error types by HTTP status (docs.anthropic.com, "Errors"); anything else is its api_error.
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
 
 def error_body(error: CirrusError, protocol: WireProtocol) -> dict[str, Any]:
+    if protocol is WireProtocol.ANTHROPIC:
+        kind = ANTHROPIC_TYPES.get(openai_status(error), "api_error")
+        return {"type": "error", "error": {"type": kind, "message": error.message}}
     if protocol is WireProtocol.OPENAI:
         return {
             "error": {
@@ -35,7 +50,7 @@ def openai_status(error: CirrusError) -> int:
 def error_response(
     error: CirrusError, protocol: WireProtocol, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
-    status = openai_status(error) if protocol is WireProtocol.OPENAI else error.status
+    status = error.status if protocol is WireProtocol.WORKERS_AI else openai_status(error)
     all_headers = {**error.headers, **(headers or {})}
     if error.retry_after_s is not None:
         all_headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))

@@ -10,12 +10,13 @@ from cirrus.api.calls import call_of
 from cirrus.api.context import affinity_of, platform_of, request_id_of
 from cirrus.api.sse import unless_disconnected
 from cirrus.catalog import ModelSpec
+from cirrus.chat import ChatRequest, ChatResult, ChatRun, start_chat
 from cirrus.gateway.answer import Answer
 from cirrus.gateway.call import Call
 from cirrus.runtime.params import GenerationInput
-from cirrus.service import Completion, InferenceRequest
+from cirrus.service import InferenceRequest
 
-EventWriter = Callable[[Answer], AsyncIterator[bytes]]
+ChatWriter = Callable[[ChatRun], AsyncIterator[bytes]]
 
 
 def gateway_call(request: Request, stream: bool) -> Call:
@@ -42,16 +43,35 @@ async def _answer(request: Request, inference: InferenceRequest, stream: bool) -
     return await platform_of(request).pipeline.run(gateway_call(request, stream), inference)
 
 
-async def stream_response(
-    request: Request, inference: InferenceRequest, write: EventWriter
-) -> StreamingResponse:
+class GatewayChatEngine:
+    """The chat core's engine for one HTTP call: the gateway's pipeline, acting for the call's token."""
+
+    def __init__(self, request: Request, stream: bool) -> None:
+        platform = platform_of(request)
+        self.model_files = platform.model_files
+        self.catalog = platform.catalog
+        self._request = request
+        self._stream = stream
+
+    def resolve(self, model: str) -> ModelSpec:
+        return resolve_model(self._request, model, self._stream)
+
+    async def run(self, model: str, inputs: GenerationInput, keep_alive_s: float | None) -> Answer:
+        inference = inference_request(self._request, model, inputs, keep_alive_s)
+        return await _answer(self._request, inference, self._stream)
+
+
+async def stream_chat(request: Request, chat: ChatRequest, write: ChatWriter) -> StreamingResponse:
     """Start the answer first, so that errors before its first token are plain HTTP errors."""
-    answer = await _answer(request, inference, stream=True)
-    return StreamingResponse(write(answer), media_type="text/event-stream")
+    run = await start_chat(GatewayChatEngine(request, stream=True), chat)
+    return StreamingResponse(write(run), media_type="text/event-stream")
 
 
-async def complete(request: Request, inference: InferenceRequest) -> Completion:
-    async def collected() -> Completion:
-        return await (await _answer(request, inference, stream=False)).collect()
+async def whole_chat(request: Request, chat: ChatRequest) -> tuple[ChatRun, ChatResult]:
+    """The whole answer, while watching for the client to leave."""
 
-    return await unless_disconnected(request, collected())
+    async def answered() -> tuple[ChatRun, ChatResult]:
+        run = await start_chat(GatewayChatEngine(request, stream=False), chat)
+        return run, await run.whole()
+
+    return await unless_disconnected(request, answered())

@@ -1,10 +1,12 @@
 """The generation options both protocols accept; each protocol's schema narrows the ranges it documents."""
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
+from cirrus.chat import ChatOptions, ChatRequest
 from cirrus.runtime.params import SamplingParams
 
 
@@ -35,9 +37,12 @@ class GenerationOptions(BaseModel):
     def _valid_keep_alive(cls, value: Any) -> Any:
         return check_keep_alive(value)
 
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
     def sampling(self, default_max_tokens: int) -> SamplingParams:
         return SamplingParams(
-            max_tokens=self.max_tokens or default_max_tokens,
+            max_tokens=self.requested_max_tokens() or default_max_tokens,
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
@@ -50,3 +55,16 @@ class GenerationOptions(BaseModel):
 
     def keep_alive_s(self) -> float | None:
         return parse_keep_alive(self.keep_alive)
+
+    def chat_request(
+        self,
+        model: str,
+        messages: Sequence[Mapping[str, Any]] | None,
+        options: ChatOptions,
+        prompt: str | None = None,
+        raw: bool = False,
+    ) -> ChatRequest:
+        """For the chat core, which fills in the model's default max_tokens."""
+        max_tokens = self.requested_max_tokens()
+        sampling = self.sampling(max_tokens or 1)
+        return ChatRequest(model, messages, prompt, raw, options, sampling, max_tokens, self.keep_alive_s())

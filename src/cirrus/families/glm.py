@@ -13,6 +13,8 @@ from cirrus.families.toolcalls import ToolCall, ToolCallUpdate, arguments_json, 
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
+KEY_OPEN, KEY_CLOSE = "<arg_key>", "</arg_key>"
+VALUE_OPEN, VALUE_CLOSE = "<arg_value>", "</arg_value>"
 _PAIR = re.compile(r"\s*<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
 _NAME = re.compile(r"\s*([^\s<]+)")
 

@@ -26,7 +26,9 @@ class Family:
     stop: tuple[str, ...]  # text that ends the assistant's turn besides the model's end-of-generation token
     think_open: str = "<think>"
     think_close: str = "</think>"
-    recognised_by: tuple[str, ...] = field(default=())  # text only this family's templates contain
+    thinking_kwarg: str = "enable_thinking"  # the template variable its thinking switch reads
+    recognised_by: tuple[str, ...] = field(default=())  # text only this family's templates contain (any one)
+    recognised_along: tuple[str, ...] = field(default=())  # text its templates contain as well (all of it)
 
     def template(self) -> str:
         return resources.files("cirrus.families").joinpath("templates", self.template_file).read_text("utf-8")
@@ -39,7 +41,13 @@ class Family:
                 f"the {self.name} chat format has no thinking switch: leave out chat_template_kwargs.enable_thinking",
                 "chat_template_kwargs",
             )
-        return {"enable_thinking": enable_thinking}
+        return {self.thinking_kwarg: enable_thinking}
+
+    def writes(self, template: str) -> bool:
+        """Whether `template` (a model's own, from its GGUF) is one of this family's."""
+        return any(marker in template for marker in self.recognised_by) and all(
+            text in template for text in self.recognised_along
+        )
 
     def render(
         self,
@@ -94,7 +102,22 @@ KIMI_K2 = Family(
     stop=("<|im_end|>",),
     recognised_by=("<|tool_calls_section_begin|>", "<|im_middle|>"),
 )
-FAMILIES: dict[str, Family] = {family.name: family for family in (GLM45, GLM47, KIMI_K2)}
+# K2.5 and K2.6 (one format): K2-Thinking's turns and calls, with a thinking switch read from `thinking`; the
+# generation prompt opens the reasoning unless it is false. Their templates also contain K2's `<|im_middle|>`, so
+# they are recognised first.
+KIMI_K25 = Family(
+    name="kimi_k25",
+    template_file="kimi_k25.jinja",
+    tool_parser=KimiToolCallParser,
+    decode_arguments=False,
+    thinking_switch=True,
+    prompt_opens_thinking=True,
+    stop=("<|im_end|>",),
+    thinking_kwarg="thinking",
+    recognised_by=("thinking is defined and thinking is false",),
+    recognised_along=("<|im_middle|>",),
+)
+FAMILIES: dict[str, Family] = {family.name: family for family in (GLM45, GLM47, KIMI_K2, KIMI_K25)}
 
 
 def family(name: str) -> Family:
@@ -107,7 +130,7 @@ def family(name: str) -> Family:
 
 def family_of_template(template: str) -> Family | None:
     """Which family a model's own chat template (from its GGUF) writes, by text only that family's use."""
-    for candidate in (GLM47, GLM45, KIMI_K2):
-        if any(marker in template for marker in candidate.recognised_by):
+    for candidate in (GLM47, GLM45, KIMI_K25, KIMI_K2):
+        if candidate.writes(template):
             return candidate
     return None

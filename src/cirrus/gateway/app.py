@@ -9,7 +9,8 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from cirrus.api import account_usage, admin, health, metrics
-from cirrus.api.openai import chat, completions, embeddings
+from cirrus.api.anthropic import messages
+from cirrus.api.openai import chat, completions, embeddings, responses
 from cirrus.api.openai import models as openai_models
 from cirrus.api.workers_ai import models as workers_ai_models
 from cirrus.api.workers_ai import run
@@ -31,6 +32,8 @@ ROUTERS = (
     workers_ai_models.router,
     chat.router,
     completions.router,
+    responses.router,
+    messages.router,
     embeddings.router,
     openai_models.router,
     account_usage.router,

@@ -76,18 +76,21 @@ class AuthMiddleware:
             raise NotReady("the gateway is not ready yet", retry_after_s=1)
         if not await authenticator.requires_token():
             return OPEN_PRINCIPAL
-        secret = _bearer(scope)
+        secret = _token(scope)
         principal = None if secret is None else await authenticator.authenticate(secret)
         if principal is None:
             raise Unauthorized("Authentication error", headers={"WWW-Authenticate": "Bearer"})
         return principal
 
 
-def _bearer(scope: Scope) -> str | None:
+def _token(scope: Scope) -> str | None:
+    """`Authorization: Bearer <token>`, or Anthropic's `x-api-key: <token>` header, which its SDKs send."""
     for name, value in scope.get("headers", []):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
             return token.strip() or None if scheme.lower() == "bearer" else None
+        if name == b"x-api-key":
+            return value.decode("latin-1").strip() or None
     return None
 
 

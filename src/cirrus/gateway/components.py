@@ -28,6 +28,7 @@ from cirrus.metering.store import UsageStore
 from cirrus.observability.metrics import Metrics
 from cirrus.ratelimit import RateLimiter
 from cirrus.resilience.shared_redis import SharedRedis
+from cirrus.responses import StoredResponses
 from cirrus.service import Backend
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ class GatewayParts:
     alerts: BudgetAlerts
     budgets: BudgetGuard
     cache: ResponseCache
+    responses: StoredResponses
     _accounts: TimedLookup
     _input_guards: dict[tuple[str, tuple[str, ...]], InputGuard] = field(default_factory=dict)
     _output_filters: dict[str, OutputFilter | None] = field(default_factory=dict)
@@ -169,6 +171,7 @@ class GatewayParts:
             alerts=alerts,
             budgets=budgets,
             cache=ResponseCache(await _response_store(db, redis), settings.cache_ttl_s),
+            responses=await StoredResponses.open(db, settings.responses_retention_days * 86400),
             _accounts=TimedLookup(settings.auth_cache_ttl_s),
             _redis=redis,
             _holds=holds,
@@ -225,8 +228,9 @@ class GatewayParts:
             await asyncio.sleep(CACHE_PURGE_INTERVAL_S)
             try:
                 await self.cache.purge_expired()
+                await self.responses.purge_expired()
             except Exception:
-                log.exception("could not purge expired cache entries")
+                log.exception("could not purge expired cache entries or stored responses")
 
 
 def database_limits(settings: Settings, metrics: Metrics | None = None) -> DatabaseLimits:

@@ -8,6 +8,9 @@ cannot repeat a token: the same token would need two successors.
 
 A prompt that ends in a token the script writes continues the script from there: with thinking off, GLM's
 prompt ends with `</think>`, and a reasoning script's model answers without reasoning.
+
+A `Fallback` gives one scripted token a second choice: its logit is SECOND_LOGIT where the script's own next
+token has LOGIT, so greedy decoding writes the fallback's script only where a grammar forbids the first choice.
 """
 
 import dataclasses
@@ -20,9 +23,16 @@ import numpy as np
 
 from cirrus.families.render import render_template
 from cirrus.testing.architectures import RMS_EPS, Architecture, TensorSpec
-from cirrus.testing.bigram import BigramWeights, ScriptError, bigram_weights, check_margins
+from cirrus.testing.bigram import (
+    BigramWeights,
+    ScriptError,
+    bigram_weights,
+    check_margins,
+    next_logits,
+)
 from cirrus.testing.scripts import (
     ANSWER,
+    FORCED_CALLS,
     GLM45_ANSWER,
     GLM45_TOOL_CALL,
     GLM47_ANSWER,
@@ -34,12 +44,14 @@ from cirrus.testing.scripts import (
     TOOL_REASONING,
     WEATHER_CALL,
     WEATHER_TOOL,
+    Fallback,
 )
 from cirrus.testing.synthetic import WEIGHT_SCALE, architecture, write_gguf
 from cirrus.testing.vocab import TOKEN_FAMILIES, TokenFamily, Vocabulary, byte_alphabet, vocabulary
 
 __all__ = [
     "ANSWER",
+    "FORCED_CALLS",
     "GLM45_ANSWER",
     "GLM45_TOOL_CALL",
     "GLM47_ANSWER",
@@ -51,6 +63,7 @@ __all__ = [
     "TOOL_REASONING",
     "WEATHER_CALL",
     "WEATHER_TOOL",
+    "Fallback",
     "ScriptError",
     "end_tokens",
     "prompt_endings",
@@ -64,21 +77,37 @@ __all__ = [
 _RESIDUAL_WRITERS = ("attn_output.", "ffn_down.", "ffn_down_exps.", "ffn_down_shexp.")
 _PROBE = [{"role": "user", "content": "Hi"}]
 _THINKING_ON_THEN_OFF: tuple[dict[str, bool], ...] = ({}, {"enable_thinking": False})
+SECOND_LOGIT = 6.0  # a fallback's first token after its `after` token: below LOGIT, above every other logit
+SECOND_MARGIN = 4.0  # what the check demands on either side of it
 
 
-def write_scripted(arch: str, path: Path, *, template: str, script: Sequence[str], seed: int = 0) -> Path:
+def write_scripted(
+    arch: str,
+    path: Path,
+    *,
+    template: str,
+    script: Sequence[str],
+    seed: int = 0,
+    fallback: Fallback | None = None,
+) -> Path:
     """Write a checkpoint of `arch` whose greedy output after a prompt rendered by `template` is `script`
     (token texts), then an end-of-generation token: the script's last text when it is one of the family's end
-    tokens, else the family's eos. Raises ScriptError when no bigram machine can write it. Returns `path`."""
+    tokens, else the family's eos. With a `fallback`, its script is the second choice after its `after` token.
+    Raises ScriptError when no bigram machine can write it. Returns `path`."""
     spec = architecture(arch)
     family = TOKEN_FAMILIES[spec.tokens]
     texts = scripted_tokens(spec.tokens, script)
     endings = prompt_endings(template, family)
-    vocab = _with_pieces(vocabulary(family), texts)
+    branch = _branch_tokens(spec.tokens, texts, endings, fallback) if fallback else ()
+    vocab = _with_pieces(vocabulary(family), (*texts, *branch))
     successor = _chain(vocab, texts, endings)
+    successor.update(pairwise(_ids(vocab, branch)))
     width = _embedding_width(spec, len(vocab.tokens))
     rng = np.random.default_rng(seed)
     weights = bigram_weights(successor, len(vocab.tokens), width, rng)
+    if fallback:
+        after, second = _ids(vocab, (fallback.after, branch[0]))
+        weights = _with_second_choice(weights, successor, after, second, width)
     check_margins(weights, successor, np.ones(width), RMS_EPS)
     description = f"a bigram machine shaped like {spec.describes} that writes one fixed script"
     tensors = _tensors(spec, len(vocab.tokens), weights, rng)
@@ -141,7 +170,7 @@ def _with_pieces(base: Vocabulary, texts: Sequence[str]) -> Vocabulary:
 
 def _chain(vocab: Vocabulary, texts: Sequence[str], endings: Sequence[str]) -> dict[int, int]:
     """successor[token] for the prompt's last token(s) and every scripted token but the end."""
-    ids = [vocab.id_of(token_string(text, vocab.family)) for text in texts]
+    ids = _ids(vocab, texts)
     primary, *others = endings
     if primary in texts:
         raise ScriptError(f"the prompt ends with {primary!r}, so the script cannot write it")
@@ -149,6 +178,41 @@ def _chain(vocab: Vocabulary, texts: Sequence[str], endings: Sequence[str]) -> d
     for ending in (primary, *(e for e in others if e not in texts)):
         successor[vocab.id_of(ending)] = ids[0]
     return successor
+
+
+def _ids(vocab: Vocabulary, texts: Sequence[str]) -> list[int]:
+    return [vocab.id_of(token_string(text, vocab.family)) for text in texts]
+
+
+def _branch_tokens(
+    token_family: str, texts: Sequence[str], endings: Sequence[str], fallback: Fallback
+) -> tuple[str, ...]:
+    """The fallback's texts with their end token; none may be followed elsewhere (a token has one successor)."""
+    if fallback.after not in texts[:-1]:
+        raise ScriptError(f"the fallback follows {fallback.after!r}, which the script does not write")
+    branch = scripted_tokens(token_family, fallback.script)
+    shared = sorted(set(branch[:-1]) & {*texts, *endings})
+    if shared:
+        raise ScriptError(f"a token has one successor, and the fallback writes {shared} as well")
+    return branch
+
+
+def _with_second_choice(
+    weights: BigramWeights, successor: dict[int, int], after: int, second: int, width: int
+) -> BigramWeights:
+    """Give `second` SECOND_LOGIT after `after` (whose embedding is sqrt(width) times its direction); raise
+    unless it then trails the first choice and leads every other token by SECOND_MARGIN."""
+    output = weights.output.astype(np.float64)
+    output[second] += SECOND_LOGIT / width * weights.embeddings[after].astype(np.float64)
+    chosen = dataclasses.replace(weights, output=output.astype(np.float16))
+    logits = next_logits(chosen, after, np.ones(width), RMS_EPS)
+    runner_up = float(np.delete(logits, [successor[after], second]).max())
+    if (
+        logits[successor[after]] - logits[second] < SECOND_MARGIN
+        or logits[second] - runner_up < SECOND_MARGIN
+    ):
+        raise ScriptError(f"after token {after} the fallback {second} is not a clear second choice")
+    return chosen
 
 
 def _embedding_width(spec: Architecture, n_vocab: int) -> int:

@@ -6,8 +6,12 @@ opened the reasoning (`<|assistant|><think>`) and it writes no newlines; Kimi K2
 with `functions.NAME:IDX` ids and JSON arguments. Each ends with the token that ends such a turn. What the
 output parsers make of them is below: REASONING and ANSWER, TOOL_REASONING and WEATHER_CALL (offer
 WEATHER_TOOL in the request).
+
+FORCED_CALLS pair an answer script with a second choice (`Fallback`): where a grammar forbids the answer after
+the reasoning (tool_choice "required"), the model writes the family's tool call instead.
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 REASONING = "The user asks about the weather"
@@ -84,4 +88,30 @@ SCRIPTS: dict[str, dict[str, tuple[str, ...]]] = {
     "glm45": {"answer": GLM45_ANSWER, "tool_call": GLM45_TOOL_CALL},
     "glm47": {"answer": GLM47_ANSWER, "tool_call": GLM47_TOOL_CALL},
     "kimi_k2": {"answer": KIMI_K2_ANSWER, "tool_call": KIMI_K2_TOOL_CALL},
+}
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """After the script's token `after`, the model's second choice starts `script` (then ends, as a script does):
+    greedy decoding writes it only where a grammar forbids the script's own next token."""
+
+    after: str
+    script: tuple[str, ...]
+
+
+def _call_after(tool_call: tuple[str, ...], after: str) -> Fallback:
+    """The tool-call script from where its reasoning ends, as the second choice after `after`."""
+    return Fallback(after, tool_call[tool_call.index(after) + 1 :])
+
+
+# Kimi K2.5/K2.6 with thinking on: the prompt opened the reasoning (`<think>`), as GLM-4.7's does.
+KIMI_K25_ANSWER = (*_REASONING, "</think>", *_ANSWER, "<|im_end|>")
+
+# family name -> (an answer script, its second choice after the reasoning: the family's tool call)
+FORCED_CALLS: dict[str, tuple[tuple[str, ...], Fallback]] = {
+    "glm45": (GLM45_ANSWER, _call_after(GLM45_TOOL_CALL, "\n")),
+    "glm47": (GLM47_ANSWER, _call_after(GLM47_TOOL_CALL, "</think>")),
+    "kimi_k2": (KIMI_K2_ANSWER, _call_after(KIMI_K2_TOOL_CALL, "</think>")),
+    "kimi_k25": (KIMI_K25_ANSWER, _call_after(KIMI_K2_TOOL_CALL, "</think>")),
 }

@@ -6,21 +6,15 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from cirrus.api.chat.answer import ChatResult, ChatStream, parse_whole
-from cirrus.api.chat.family_lookup import model_family
-from cirrus.api.chat.plan import ChatPlan, plan_chat
-from cirrus.api.context import platform_of
 from cirrus.api.errors import error_body
-from cirrus.api.inference import complete, inference_request, resolve_model, stream_response
+from cirrus.api.inference import stream_chat, whole_chat
 from cirrus.api.openai.schemas import ChatCompletionRequest, now, response_id
 from cirrus.api.path_parameters import account_parameter
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
+from cirrus.chat import ChatDelta, ChatEnd, ChatResult, ChatRun
 from cirrus.errors import CirrusError
-from cirrus.families import ChatDelta
-from cirrus.gateway.answer import Answer
-from cirrus.runtime.events import TextDelta
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -46,26 +40,26 @@ def _deltas(delta: ChatDelta) -> list[dict[str, Any]]:
     return deltas
 
 
-async def _stream(generation: Answer, model: str, usage: bool, plan: ChatPlan) -> AsyncIterator[bytes]:
+async def _stream(run: ChatRun, usage: bool) -> AsyncIterator[bytes]:
     chat_id = response_id("chatcmpl")
-    parsed = ChatStream(plan)
-    yield sse_data(_chunk(chat_id, model, {"role": "assistant", "content": ""}, None))
+    yield sse_data(_chunk(chat_id, run.model, {"role": "assistant", "content": ""}, None))
     try:
-        async for event in generation:
-            if isinstance(event, TextDelta):
-                for delta in _deltas(parsed.feed(event.text)):
-                    yield sse_data(_chunk(chat_id, model, delta, None))
+        async for event in run:
+            if isinstance(event, ChatDelta):
+                for delta in _deltas(event):
+                    yield sse_data(_chunk(chat_id, run.model, delta, None))
                 continue
-            for delta in _deltas(parsed.finish()):
-                yield sse_data(_chunk(chat_id, model, delta, None))
-            yield sse_data(_chunk(chat_id, model, {}, parsed.finish_reason(event.finish_reason)))
+            yield sse_data(_chunk(chat_id, run.model, {}, event.finish_reason))
             if usage:
-                reasoning = parsed.reasoning_tokens(event.usage)
-                body = _chunk(chat_id, model, {}, None) | {"choices": []}
-                yield sse_data(body | {"usage": usage_dict(event.usage, reasoning)})
+                yield sse_data(_usage_chunk(chat_id, run.model, event))
         yield DONE
     except CirrusError as error:
         yield sse_data(error_body(error, WireProtocol.OPENAI))
+
+
+def _usage_chunk(chat_id: str, model: str, end: ChatEnd) -> dict[str, Any]:
+    body = _chunk(chat_id, model, {}, None) | {"choices": []}
+    return body | {"usage": usage_dict(end.usage, end.reasoning_tokens)}
 
 
 def _message(result: ChatResult) -> dict[str, Any]:
@@ -80,26 +74,19 @@ def _message(result: ChatResult) -> dict[str, Any]:
 
 
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
-    spec = resolve_model(request, body.model, body.stream)
-    options = body.chat_options()
-    family = await model_family(spec, platform_of(request).model_files, platform_of(request).catalog)
-    sampling = body.sampling(spec.max_tokens_default)
-    plan = plan_chat(family, body.chat_messages(), options, sampling)
-    inference = inference_request(request, spec.id, plan.inputs, body.keep_alive_s())
+    chat = body.chat_request(body.model, body.chat_messages(), body.chat_options())
     if body.stream:
-        writer = partial(_stream, model=spec.id, usage=body.include_usage, plan=plan)
-        return await stream_response(request, inference, writer)
-    completion = await complete(request, inference)
-    result = parse_whole(plan, completion.text, completion.finish_reason, completion.usage)
+        return await stream_chat(request, chat, partial(_stream, usage=body.include_usage))
+    run, result = await whole_chat(request, chat)
     return {
         "id": response_id("chatcmpl"),
         "object": "chat.completion",
         "created": now(),
-        "model": spec.id,
+        "model": run.model,
         "choices": [
             {"index": 0, "message": _message(result), "finish_reason": result.finish_reason, "logprobs": None}
         ],
-        "usage": usage_dict(completion.usage, result.reasoning_tokens),
+        "usage": usage_dict(result.usage, result.reasoning_tokens),
     }
 
 

@@ -14,9 +14,8 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from cirrus.api.chat.options import ChatOptions, chat_options
 from cirrus.api.options import GenerationOptions
-from cirrus.runtime.params import SamplingParams
+from cirrus.chat.options import ChatOptions, chat_options
 
 MAX_PROMPT_CHARS = 131072
 CARRIED_FIELDS = ("tool_calls", "tool_call_id", "name", "reasoning_content")
@@ -104,11 +103,8 @@ class ChatCompletionRequest(SamplingFields):
         thinking = (self.chat_template_kwargs or {}).get("enable_thinking")
         return chat_options(self.tools, self.tool_choice, self.response_format, thinking, self.stream)
 
-    def sampling(self, default_max_tokens: int) -> SamplingParams:
-        params = super().sampling(default_max_tokens)
-        if self.max_completion_tokens is not None and self.max_tokens is None:
-            return SamplingParams(**{**params.__dict__, "max_tokens": self.max_completion_tokens})
-        return params
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens or self.max_completion_tokens
 
 
 class CompletionRequest(SamplingFields):

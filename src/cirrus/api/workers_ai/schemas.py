@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cirrus.api.chat.options import ChatOptions, chat_options
 from cirrus.api.embeddings import texts_of
 from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
 from cirrus.api.options import GenerationOptions
+from cirrus.chat.options import ChatOptions, chat_options
 from cirrus.runtime.embedding import MAX_TEXTS, EmbeddingInput
 from cirrus.runtime.params import GenerationInput
 

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cirrus.api.chat.plan import ChatPlan
+from cirrus.chat.plan import ChatPlan
 from cirrus.errors import JsonModeFailed
 from cirrus.families import ChatDelta, ToolCall
 from cirrus.runtime.params import Usage
@@ -22,6 +22,7 @@ class ChatResult:
     tool_calls: tuple[ToolCall, ...]
     finish_reason: str
     reasoning_tokens: int
+    usage: Usage
     json_value: Any = None  # JSON mode: the parsed answer
 
 
@@ -68,7 +69,8 @@ def parse_whole(plan: ChatPlan, text: str, engine_reason: str, usage: Usage) -> 
     reason = stream.finish_reason(engine_reason)
     value = json_answer(delta.content, engine_reason) if plan.json_mode else None
     calls = tuple(d.call for d in delta.tool_calls)
-    return ChatResult(delta.reasoning, delta.content, calls, reason, stream.reasoning_tokens(usage), value)
+    reasoning_tokens = stream.reasoning_tokens(usage)
+    return ChatResult(delta.reasoning, delta.content, calls, reason, reasoning_tokens, usage, value)
 
 
 def json_answer(content: str, engine_reason: str) -> Any:

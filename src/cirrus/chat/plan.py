@@ -6,8 +6,9 @@ Rules beyond the families' own:
   answer). On a family with a thinking switch it turns thinking off (a grammar cannot allow a thinking block);
   asking for both is a 400.
 - Tools on a native family (GLM, Kimi) go to the family's template and are parsed from its format; a named
-  tool_choice narrows the tools offered to that one. "required" cannot be enforced there without a grammar for
-  the family's format: the model is asked, and an answer without a call comes back as text.
+  tool_choice narrows the tools offered to that one. "required" and a named tool are enforced by a grammar over
+  the family's own call markup (`native_call_grammar`): reasoning first where the thinking switch allows it,
+  then only calls to the offered tools.
 - Tools on any other model are prompted and grammar-constrained (`prompted`).
 """
 
@@ -16,12 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cirrus.api.chat.options import ChatOptions
-from cirrus.api.chat.prompted import PromptedToolParser, call_grammar, prompted_messages
+from cirrus.chat.options import ChatOptions
+from cirrus.chat.prompted import PromptedToolParser, call_grammar, prompted_messages
 from cirrus.errors import InvalidInput
 from cirrus.families import ChatOutputParser, Family, FamilyInputError
 from cirrus.families.json_schema_grammar import json_object_grammar, json_schema_grammar
 from cirrus.families.messages import prepare_messages
+from cirrus.families.native_call_grammar import native_call_grammar
 from cirrus.runtime.params import GenerationInput, SamplingParams
 
 THINKING = "chat_template_kwargs.enable_thinking"
@@ -115,4 +117,9 @@ def _grammar(family: Family | None, options: ChatOptions) -> str | None:
         return json_schema_grammar(json_format.schema)
     if family is None and options.calls_tools:
         return call_grammar(options.offered_tools(), required=options.tool_choice != "auto")
+    if family is not None and options.calls_tools and options.tool_choice != "auto":
+        try:
+            return native_call_grammar(family, options.offered_tools(), options.enable_thinking)
+        except FamilyInputError as exc:
+            raise InvalidInput(str(exc), param=exc.param or "tools") from None
     return None

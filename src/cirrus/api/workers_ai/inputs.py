@@ -1,0 +1,57 @@
+"""A Workers AI body checked against its model's task: the `/ai/run` route and the embedded SDK read it alike."""
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from cirrus.api.validation import invalid_input
+from cirrus.api.workers_ai.schemas import (
+    EMBEDDING_FIELDS,
+    GENERATION_FIELDS,
+    TextEmbeddingsInput,
+    TextGenerationInput,
+)
+from cirrus.catalog import ModelSpec
+from cirrus.chat import ChatRequest
+from cirrus.errors import InvalidInput
+
+InputModel = TypeVar("InputModel", bound=BaseModel)
+INPUTS: dict[str, type[BaseModel]] = {
+    "text-generation": TextGenerationInput,
+    "text-embeddings": TextEmbeddingsInput,
+}
+WHAT_TO_SEND = {
+    "text-generation": "'prompt' or 'messages'",
+    "text-embeddings": "'text' (a string or a list of strings)",
+}
+
+
+def task_input(spec: ModelSpec, body: dict[str, Any]) -> TextGenerationInput | TextEmbeddingsInput:
+    _check_task(spec, body)
+    if spec.task == "text-embeddings":
+        return _validated(TextEmbeddingsInput, body)
+    return _validated(TextGenerationInput, body)
+
+
+def chat_request(spec: ModelSpec, body: TextGenerationInput) -> ChatRequest:
+    messages = body.chat_messages()
+    return body.chat_request(spec.id, messages, body.chat_options(), prompt=body.prompt, raw=body.raw)
+
+
+def _check_task(spec: ModelSpec, body: dict[str, Any]) -> None:
+    """A body made for the other task gets an answer naming this model's task, not a missing field."""
+    theirs = EMBEDDING_FIELDS if spec.task == "text-generation" else GENERATION_FIELDS
+    ours = GENERATION_FIELDS if spec.task == "text-generation" else EMBEDDING_FIELDS
+    sent = sorted(theirs & body.keys())
+    if sent and not ours & body.keys():
+        raise InvalidInput(
+            f"{spec.id} is a {spec.task} model: send {WHAT_TO_SEND[spec.task]}, not '{sent[0]}'",
+            param=sent[0],
+        )
+
+
+def _validated(model: type[InputModel], body: dict[str, Any]) -> InputModel:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_input(exc.errors()) from None

@@ -1,0 +1,155 @@
+"""The chat sequence every protocol shares: resolve the model, find its chat family, plan tools, JSON mode and
+reasoning, run, and parse the answer into reasoning, content and tool calls.
+
+An adapter (Workers AI's `/ai/run`, OpenAI's chat completions and Responses, Anthropic's Messages, the embedded
+SDK) decodes its body into a `ChatRequest`, calls `start_chat` with the `ChatEngine` it runs on, and encodes
+the `ChatResult` or the stream of `ChatDelta` and `ChatEnd` events in its own shape. Where a request runs is the
+engine's business: the gateway's pipeline for one HTTP call (scopes, limits, cache, metering), or the bare
+service inside `Ai.local()`. So the same body answers the same way in-process and over HTTP.
+"""
+
+import dataclasses
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cirrus.catalog import ModelSpec
+from cirrus.chat.answer import ChatResult, ChatStream, parse_whole
+from cirrus.chat.family_lookup import ModelFiles, Specs, model_family
+from cirrus.chat.options import ChatOptions
+from cirrus.chat.plan import ChatPlan, plan_chat
+from cirrus.families import ChatDelta
+from cirrus.runtime.events import GenerationEvent, TextDelta
+from cirrus.runtime.params import GenerationInput, SamplingParams, Usage
+from cirrus.service import Completion
+
+
+class Events(Protocol):
+    """A started generation as the gateway's `Answer` and the service's `Generation` both are."""
+
+    def __aiter__(self) -> AsyncIterator[GenerationEvent]: ...
+
+    async def collect(self) -> Completion: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ChatEngine(Protocol):
+    """What the core runs a chat on. `resolve` checks that the caller may use the model before saying whether
+    it exists; `run` starts the generation and returns once it has started, so that a failure before the first
+    token is the caller's error, not a broken stream."""
+
+    @property
+    def model_files(self) -> ModelFiles: ...
+
+    @property
+    def catalog(self) -> Specs: ...
+
+    def resolve(self, model: str) -> ModelSpec: ...
+
+    async def run(self, model: str, inputs: GenerationInput, keep_alive_s: float | None) -> Events: ...
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """`messages` in OpenAI's shape, or a `prompt` the chat template wraps as one user turn (sent as it is when
+    `raw`). `max_tokens` None is the model's default."""
+
+    model: str
+    messages: Sequence[Mapping[str, Any]] | None = None
+    prompt: str | None = None
+    raw: bool = False
+    options: ChatOptions = field(default_factory=ChatOptions)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    keep_alive_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ChatEnd:
+    """The stream's last event. `reasoning_tokens` is None for a raw prompt, which has no chat format."""
+
+    finish_reason: str
+    usage: Usage
+    reasoning_tokens: int | None
+
+
+ChatEvent = ChatDelta | ChatEnd
+
+
+class ChatRun:
+    """A started answer: iterate its events once, or await `whole()`; `aclose()` releases it either way."""
+
+    def __init__(self, spec: ModelSpec, plan: ChatPlan | None, events: Events) -> None:
+        self.spec = spec
+        self.plan = plan
+        self._events = events
+
+    @property
+    def model(self) -> str:
+        return self.spec.id
+
+    @property
+    def raw(self) -> bool:
+        """A raw prompt, sent as it is: no chat format, so no reasoning or tool calls."""
+        return self.plan is None
+
+    @property
+    def json_mode(self) -> bool:
+        return self.plan is not None and self.plan.json_mode
+
+    async def __aiter__(self) -> AsyncIterator[ChatEvent]:
+        parsed = ChatStream(self.plan) if self.plan is not None else None
+        try:
+            async for event in self._events:
+                if isinstance(event, TextDelta):
+                    delta = parsed.feed(event.text) if parsed else ChatDelta(content=event.text)
+                    if not delta.empty:
+                        yield delta
+                    continue
+                if parsed is None:
+                    yield ChatEnd(event.finish_reason, event.usage, None)
+                    return
+                if not (last := parsed.finish()).empty:
+                    yield last
+                reason = parsed.finish_reason(event.finish_reason)
+                yield ChatEnd(reason, event.usage, parsed.reasoning_tokens(event.usage))
+                return
+        finally:
+            await self._events.aclose()
+
+    async def whole(self) -> ChatResult:
+        """The parsed answer; in JSON mode a complete JSON value, else `JsonModeFailed`."""
+        try:
+            completion = await self._events.collect()
+        finally:
+            await self._events.aclose()
+        if self.plan is None:
+            return ChatResult("", completion.text, (), completion.finish_reason, 0, completion.usage)
+        return parse_whole(self.plan, completion.text, completion.finish_reason, completion.usage)
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+
+async def start_chat(engine: ChatEngine, request: ChatRequest) -> ChatRun:
+    spec = engine.resolve(request.model)
+    sampling = dataclasses.replace(request.sampling, max_tokens=request.max_tokens or spec.max_tokens_default)
+    plan = await _plan(engine, spec, request, sampling)
+    inputs = (
+        plan.inputs
+        if plan is not None
+        else GenerationInput(prompt=request.prompt, raw=True, sampling=sampling)
+    )
+    events = await engine.run(spec.id, inputs, request.keep_alive_s)
+    return ChatRun(spec, plan, events)
+
+
+async def _plan(
+    engine: ChatEngine, spec: ModelSpec, request: ChatRequest, sampling: SamplingParams
+) -> ChatPlan | None:
+    """None for a raw prompt, which is sent as it is: chat features need a chat template."""
+    if request.raw and request.prompt is not None:
+        return None
+    family = await model_family(spec, engine.model_files, engine.catalog)
+    return plan_chat(family, request.messages, request.options, sampling, prompt=request.prompt)
