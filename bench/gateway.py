@@ -29,12 +29,12 @@ from cirrus.catalog import DEFAULT_MODEL, ModelSpec
 from cirrus.config import Settings
 from cirrus.db import open_database
 from cirrus.gateway.answer import Answer
-from cirrus.gateway.app import build_api, build_middleware_stack
-from cirrus.gateway.body_limit import BodyLimitMiddleware
 from cirrus.gateway.call import Call
-from cirrus.gateway.json_body import JsonBodyMiddleware
-from cirrus.gateway.request_id import RequestIdMiddleware
 from cirrus.platform import Platform
+from cirrus.server.app import build_api, build_middleware_stack
+from cirrus.server.body_limit import BodyLimitMiddleware
+from cirrus.server.json_body import JsonBodyMiddleware
+from cirrus.server.request_id import RequestIdMiddleware
 from cirrus.service import InferenceRequest
 
 ROUND = 25

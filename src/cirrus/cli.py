@@ -55,11 +55,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from cirrus.gateway.app import create_app
-    from cirrus.gateway.edge_limits import EdgeLimits
-    from cirrus.gateway.edge_protocol import edge_protocol
     from cirrus.gateway.open_mode import open_mode_refusal, tokens_configured
     from cirrus.observability.logs import configure_logging
+    from cirrus.server.app import create_app
+    from cirrus.server.edge_limits import EdgeLimits
+    from cirrus.server.edge_protocol import edge_protocol
 
     settings = _settings(args)
     configure_logging(logging.INFO)

@@ -110,7 +110,7 @@ class Settings(BaseSettings):
         "auth_cache_ttl_s (with its account's last known plan); a token revoked just before the outage too",
     )
 
-    # The edge: connections and headers, enforced by the HTTP server before the app (gateway/edge_protocol.py).
+    # The edge: connections and headers, enforced by the HTTP server before the app (server/edge_protocol.py).
     max_header_bytes: int = Field(
         default=64 * 1024, gt=0, description="request line plus headers; a larger head is answered 431"
     )

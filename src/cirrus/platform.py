@@ -13,8 +13,7 @@ from typing import Any, Protocol
 from cirrus.catalog import Catalog, ModelSpec, load_catalog
 from cirrus.catalog.registered import registered_models_path
 from cirrus.config import Settings
-from cirrus.gateway.auth import Authenticator
-from cirrus.gateway.components import GatewayParts
+from cirrus.gateway.components import GatewayParts, NodeAuthenticator
 from cirrus.gateway.pipeline import Pipeline
 from cirrus.metering.store import UsageStore
 from cirrus.observability.fleet_collector import NodeMetrics
@@ -98,7 +97,7 @@ class Platform:
         return Metrics(
             PoolSource(
                 self.pool,
-                spares_ready=lambda: self.launcher.spares.ready,
+                spares_ready=lambda: self.spare_workers_ready,
                 model_ids=lambda: [entry.spec.id for entry in self.catalog.entries()],
             )
         )
@@ -119,7 +118,17 @@ class Platform:
     def usage_store(self) -> UsageStore:
         return self.gateway.usage_store
 
-    def authenticator(self) -> Authenticator | None:
+    @property
+    def spare_workers_ready(self) -> int:
+        """Spare worker processes started ahead, waiting to become a model's worker (none on a cluster gateway,
+        whose requests run on the nodes)."""
+        return len(self.spare_worker_pids)
+
+    @property
+    def spare_worker_pids(self) -> list[int]:
+        return self.launcher.spares.pids
+
+    def authenticator(self) -> NodeAuthenticator | None:
         """None until the gateway is open, and on a node without one (the embedded SDK)."""
         return self._gateway.authenticator if self._gateway is not None else None
 

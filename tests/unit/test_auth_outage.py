@@ -14,8 +14,8 @@ from cirrus.auth.store import IdentityStore
 from cirrus.db.database import Database, Params, Row
 from cirrus.db.sqlite import SqliteDatabase
 from cirrus.errors import DependencyUnavailable
-from cirrus.gateway.auth import AuthMiddleware
 from cirrus.gateway.components import NodeAuthenticator, TimedLookup
+from cirrus.server.auth import AuthMiddleware
 
 
 class Clock:

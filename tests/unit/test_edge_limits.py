@@ -12,8 +12,8 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from cirrus.config import Settings
-from cirrus.gateway.edge_limits import ConnectionCounter, EdgeLimits, RefusalTally
-from cirrus.gateway.edge_protocol import EdgeProtocol, edge_answer, edge_protocol
+from cirrus.server.edge_limits import ConnectionCounter, EdgeLimits, RefusalTally
+from cirrus.server.edge_protocol import EdgeProtocol, edge_answer, edge_protocol
 
 
 def test_a_client_over_its_cap_is_refused_and_others_are_not() -> None:

@@ -6,8 +6,16 @@ from cirrus.families import FamilyInputError
 from cirrus.families.json_schema_grammar import json_object_grammar, json_schema_grammar, tool_call_grammar
 
 
-def test_json_mode_uses_llama_cpps_json_grammar() -> None:
-    assert json_object_grammar().lstrip().startswith("root")
+def test_json_mode_asks_for_an_object_with_bounded_whitespace() -> None:
+    grammar = json_object_grammar()
+    assert "root   ::= object" in grammar
+    assert r'ws     ::= | " " | "\n" " "{0,16}' in grammar  # no tabs, no endless runs
+
+
+def test_a_schema_grammar_allows_one_space_and_no_control_characters_in_strings() -> None:
+    grammar = json_schema_grammar({"type": "object", "properties": {"note": {"type": "string"}}})
+    assert 'space ::= " "?' in grammar.splitlines()
+    assert r'char ::= [^"\\\x7F\x00-\x1F] |' in grammar
 
 
 def test_a_typical_schema_becomes_rules_for_its_properties() -> None:

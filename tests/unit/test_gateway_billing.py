@@ -12,7 +12,6 @@ import pytest
 from starlette.requests import Request
 
 from cirrus.api.calls import call_of
-from cirrus.api.protocol import WireProtocol
 from cirrus.auth import Principal
 from cirrus.auth.store import Account, Plan
 from cirrus.catalog import ArtifactRef, ModelSpec
@@ -181,7 +180,7 @@ def make_pipeline(tmp_path: Path, guard_delay_s: float = 0.0) -> tuple[Pipeline,
 
 def call(deadline: float | None = None) -> Call:
     principal = Principal(account_id="acct", token_id="tok", token_name="t")
-    return Call("req-1", principal, WireProtocol.WORKERS_AI, {}, stream=True, deadline=deadline)
+    return Call("req-1", principal, "workers-ai", {}, stream=True, deadline=deadline)
 
 
 def request(max_tokens: int = 100) -> InferenceRequest:

@@ -29,7 +29,6 @@ from cirrus.catalog.spec import Pricing
 from cirrus.config import Settings
 from cirrus.db.database import Database, Params
 from cirrus.errors import DailyAllocationExhausted, SpendLimitReached
-from cirrus.gateway.handlers import install_handlers
 from cirrus.metering import cli
 from cirrus.metering.alerts import BudgetAlerts
 from cirrus.metering.budgets import BudgetGuard
@@ -38,6 +37,7 @@ from cirrus.metering.neurons import billable_neurons, neurons_for, price
 from cirrus.metering.periods import seconds_to_next_day, seconds_to_next_month, utc_day, utc_month
 from cirrus.metering.record import CacheStatus, UsageRecord
 from cirrus.metering.store import UsageStore
+from cirrus.server.handlers import install_handlers
 from tests.services.http_server import serving
 
 NOW = datetime(2025, 3, 14, 18, 0, tzinfo=UTC).timestamp()

@@ -2,15 +2,13 @@
 On a cluster gateway they read and act on the cluster's nodes; on a single node, on its own pool (node `local`)."""
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import APIRouter, Request
 
 from cirrus.api.context import platform_of
 from cirrus.api.workers_ai.schemas import envelope
-
-if TYPE_CHECKING:
-    from cirrus.platform import Platform
+from cirrus.platform import Platform
 
 router = APIRouter(prefix="/admin", tags=["Admin"])
 LOCAL_NODE = "local"
@@ -28,8 +26,8 @@ async def list_instances(request: Request) -> dict[str, Any]:
             "instances": instances,
             "memory_budget_bytes": pool.budget_bytes,
             "memory_used_bytes": pool.used_bytes(),
-            "spare_workers_ready": platform.launcher.spares.ready,
-            "spare_worker_pids": platform.launcher.spares.pids,
+            "spare_workers_ready": platform.spare_workers_ready,
+            "spare_worker_pids": platform.spare_worker_pids,
         }
     )
 
@@ -61,7 +59,7 @@ async def unload_model(model: str, request: Request) -> dict[str, Any]:
     return envelope({"model": spec.id, "stopped": await platform.pool.unload(spec.id)})
 
 
-def _local_node(platform: "Platform") -> dict[str, Any]:
+def _local_node(platform: Platform) -> dict[str, Any]:
     pool, catalog = platform.pool, platform.catalog
     return {
         "id": LOCAL_NODE,
@@ -80,5 +78,5 @@ def _local_node(platform: "Platform") -> dict[str, Any]:
             }
             for s in pool.statuses()
         ],
-        "spare_workers_ready": platform.launcher.spares.ready,
+        "spare_workers_ready": platform.spare_workers_ready,
     }

@@ -27,9 +27,8 @@ def call_of(
     call = Call(
         request_id=request_id_of(request),
         principal=principal,
-        protocol=protocol_for(request.url.path),
+        route=protocol_for(request.url.path).value,
         headers=request.headers,
-        response_headers=state.setdefault("response_headers", {}),
         stream=stream,
         collect_log=log_prompts or principal.collect_log or _header_true(request.headers, COLLECT_LOG_HEADER),
         deadline=_deadline(state.get("arrived_at"), timeout_s),

@@ -1,16 +1,12 @@
 """What a route handler needs from the running node, looked up from the request (no globals)."""
 
-from typing import TYPE_CHECKING
-
 from starlette.requests import Request
 
 from cirrus.auth import OPEN_PRINCIPAL, Principal
-
-if TYPE_CHECKING:  # the platform imports the gateway, which reads requests through this module
-    from cirrus.platform import Platform
+from cirrus.platform import Platform
 
 
-def platform_of(request: Request) -> "Platform":
+def platform_of(request: Request) -> Platform:
     platform: Platform = request.app.state.platform
     return platform
 

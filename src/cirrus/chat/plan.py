@@ -59,6 +59,11 @@ def plan_chat(
     _check_conversation(family, chat)
     thinking = False if options.json_format and family and family.thinking_switch else options.enable_thinking
     grammar = _grammar(family, options)
+    # JSON answers and forced prompted tool calls (JSON only) are closed by the worker before max_tokens runs
+    # out. Not "auto" calls: their grammar also allows plain text, which has no closing to steer towards.
+    forced_call = family is None and options.calls_tools and options.tool_choice != "auto"
+    closes_json = options.json_format is not None or forced_call
+    sampling = dataclasses.replace(sampling, json_mode=closes_json)
     if family is not None:
         tools = options.offered_tools() or None
         stop = tuple(dict.fromkeys((*sampling.stop, *family.stop)))

@@ -11,12 +11,30 @@ from typing import Any
 from cirrus.families.errors import FamilyInputError
 from cirrus.families.toolcalls import tool_specs
 
+# llama.cpp's json.gbnf, bounded: whitespace is one space or a newline and an indent of at most 16 spaces (no
+# tabs, no runs of blank lines), fractions and exponents have at most 16 and 3 digits, escapes include `\/`.
+# Strings, arrays and objects stay unbounded: the worker closes them as the token budget runs out
+# (`cirrus.runtime.json_closing`).
+JSON_OBJECT_GBNF = r"""
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array  ::= "[" ws ( value ("," ws value)* )? "]" ws
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
+number ::= "-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? ws
+ws     ::= | " " | "\n" " "{0,16}
+"""
+
+# What the schema converter writes, and what replaces it: one optional space (whatever the converter's version
+# would allow), and no control characters inside strings (JSON forbids them; the converter's `char` allows them).
+SCHEMA_SPACE_RULE = 'space ::= " "?'
+CONVERTER_CHAR_CLASS = r'char ::= [^"\\] |'
+JSON_CHAR_CLASS = r'char ::= [^"\\\x7F\x00-\x1F] |'
+
 
 def json_object_grammar() -> str:
-    """`response_format: {"type": "json_object"}`: any JSON value, as llama.cpp's json.gbnf allows."""
-    from llama_cpp.llama_grammar import JSON_GBNF  # imported on use: it loads the engine's library
-
-    return str(JSON_GBNF)
+    """`response_format: {"type": "json_object"}`: any JSON object."""
+    return JSON_OBJECT_GBNF
 
 
 # Repetition bounds expand into the grammar one copy at a time, and llama.cpp parses grammars recursively:
@@ -31,7 +49,7 @@ def json_schema_grammar(schema: Any, param: str = "response_format.json_schema.s
     if not isinstance(schema, Mapping):
         raise FamilyInputError(f"{param} must be a JSON schema object", param)
     _check_bounds(schema, param, 0)
-    grammar = _converted(schema, param)
+    grammar = _bounded(_converted(schema, param))
     if len(grammar) > MAX_GRAMMAR_CHARS:
         raise FamilyInputError(
             f"{param} makes a grammar of {len(grammar)} characters, more than the {MAX_GRAMMAR_CHARS} allowed",
@@ -66,6 +84,16 @@ def _converted(schema: Mapping[str, Any], param: str) -> str:
         raise FamilyInputError(
             f"{param} is not a JSON schema this server can follow: {exc!r}", param
         ) from exc
+
+
+def _bounded(grammar: str) -> str:
+    lines = grammar.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("space ::="):
+            lines[index] = SCHEMA_SPACE_RULE
+        elif line.startswith(CONVERTER_CHAR_CLASS):
+            lines[index] = JSON_CHAR_CLASS + line[len(CONVERTER_CHAR_CLASS) :]
+    return "\n".join(lines) + "\n"
 
 
 def tool_call_grammar(tools: Sequence[Mapping[str, Any]]) -> str:

@@ -45,7 +45,7 @@ def usage_record(
         cost_usd=cost[0],
         cache_status=cache_status,
         started_at=call.started_at,
-        route=call.protocol.value,
+        route=call.route,
         stream=call.stream,
         step=step,
         attempts=attempts,

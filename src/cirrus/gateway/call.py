@@ -1,8 +1,10 @@
-"""One API call as the gateway sees it: who makes it, in which protocol, what it asked of the gateway in
-headers, and what the gateway learned (the usage record, the time to first token, headers to answer with).
+"""One API call as the gateway sees it: who makes it, through which route, what it asked of the gateway in
+headers, and what the gateway learned (the usage record, the time to first token, the cache status, the fallback
+step, the node that answered, the rate-limit status). The server turns what was learned into response headers
+(server/call_headers.py): the pipeline names no header it answers with.
 
-It also carries the request's deadline, on the event loop's clock: set from its arrival (request_id.py) plus
-the node's request time limit, so one limit covers the gateway's steps, the queue and generation."""
+It also carries the request's deadline, on the event loop's clock: set from its arrival (server/request_id.py)
+plus the node's request time limit, so one limit covers the gateway's steps, the queue and generation."""
 
 import asyncio
 import logging
@@ -12,11 +14,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from cirrus.api.protocol import WireProtocol
 from cirrus.auth import Principal
 from cirrus.errors import RequestTimeout
-from cirrus.metering.record import UsageRecord
+from cirrus.metering.record import CacheStatus, UsageRecord
 from cirrus.metering.reservations import Reservation
+from cirrus.ratelimit.status import RateStatus
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +27,8 @@ log = logging.getLogger(__name__)
 class Call:
     request_id: str
     principal: Principal
-    protocol: WireProtocol
+    route: str  # the wire protocol it came in ("workers-ai", "openai", "anthropic"), recorded with its usage
     headers: Mapping[str, str]
-    response_headers: dict[str, str] = field(default_factory=dict)
     stream: bool = False
     collect_log: bool = False
     started_at: float = field(default_factory=time.time)
@@ -38,6 +39,10 @@ class Call:
     answer: str | None = None
     deadline: float | None = None  # None: no limit set at arrival (the service starts its own)
     reservation: Reservation | None = None  # what the budget holds for this call until it is metered
+    cache_status: CacheStatus | None = None  # None: the call never reached the response cache
+    step: int | None = None  # index in the fallback chain of the model that answered
+    node_id: str | None = None  # on a cluster: the node that answered
+    rate_status: RateStatus | None = None  # the rate limits as they stood when the call was admitted
     # An answer that ended early is metered once its generation closed, which can be after the response ended:
     # whoever needs the record (the access log) waits for it with `when_recorded`.
     billed_later: bool = False

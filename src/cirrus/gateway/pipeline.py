@@ -17,12 +17,18 @@ import dataclasses
 import logging
 from collections.abc import Awaitable
 
-from cirrus.api.protocol import WireProtocol
 from cirrus.auth import Permission
 from cirrus.cache import CachedAnswer, CachePolicy, replay
 from cirrus.cache.answer import CACHEABLE_FINISH_REASONS
 from cirrus.catalog import ModelSpec
-from cirrus.errors import CirrusError, DailyAllocationExhausted, Forbidden, ModelForbidden, RateLimited
+from cirrus.errors import (
+    CirrusError,
+    DailyAllocationExhausted,
+    Forbidden,
+    ModelForbidden,
+    RateLimited,
+    SpendLimitReached,
+)
 from cirrus.gateway.answer import Answer, Ending, observed
 from cirrus.gateway.attempts import Answered, RetryPolicy, first_to_answer
 from cirrus.gateway.billing import added, processed, processed_by, usage_record
@@ -34,6 +40,7 @@ from cirrus.metering.estimate import Estimate, TokenEstimator, prompt_chars
 from cirrus.metering.neurons import price
 from cirrus.metering.record import CacheStatus, UsageRecord
 from cirrus.metering.reservations import Reservation, nothing_reserved
+from cirrus.runtime.embedding import EmbeddingInput
 from cirrus.runtime.events import Finished
 from cirrus.runtime.params import GenerationInput, Usage
 from cirrus.runtime.progress import Progress
@@ -42,7 +49,6 @@ from cirrus.service import EmbeddingRequest, EmbeddingResult, InferenceRequest, 
 GATEWAY_STEPS = "the gateway's checks (guardrails, limits, budget, cache)"
 
 log = logging.getLogger(__name__)
-NODE_HEADER = "x-cirrus-node"  # on a cluster: the node that answered
 
 
 class Pipeline:
@@ -101,15 +107,15 @@ class Pipeline:
             key = self.parts.cache.key_for(call.principal.account_id, spec.id, inputs, policy)
             cached = await self._admit_and_look_up(call, spec, self._estimate(chain, inputs), key)
         if key is None:
-            call.response_headers["cf-aig-cache-status"] = "BYPASS"
+            call.cache_status = "BYPASS"
             return await self._live(call, chain, request, retry, None)
         if cached is None:
             cached = await self.inflight.wait_for(key, self._left_s(call))
             call.check_deadline("the wait for an identical request in flight")
         if cached is not None:
-            call.response_headers["cf-aig-cache-status"] = "HIT"
+            call.cache_status = "HIT"
             return self._replayed(call, spec, cached)
-        call.response_headers["cf-aig-cache-status"] = "MISS"
+        call.cache_status = "MISS"
         return await self._live(call, chain, request, retry, (key, policy.ttl_s))
 
     async def embed(self, call: Call, request: EmbeddingRequest) -> EmbeddingResult:
@@ -117,11 +123,11 @@ class Pipeline:
         spec = self.parts.catalog.get(request.model)
         if request.deadline is None:
             request = dataclasses.replace(request, deadline=call.deadline)
-        call.response_headers["cf-aig-cache-status"] = "BYPASS"
+        call.cache_status = "BYPASS"
         progress = Progress()  # what the worker read, even if the request ends without its vectors
         try:
             async with call.within_deadline(GATEWAY_STEPS):
-                texts = await self._guarded_texts(call, spec, request.inputs.texts)
+                texts = await self._guarded_texts(call, spec, request.inputs)
                 await self._admit(call, spec, self.estimator.embedding(spec, texts))
             inputs = dataclasses.replace(request.inputs, texts=texts)
             result = await self.parts.service.embed(dataclasses.replace(request, inputs=inputs), progress)
@@ -155,11 +161,12 @@ class Pipeline:
         self._record(call, usage_record(call, spec, usage, status, code, "BYPASS", False, 0.0, cost))
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
-    async def _guarded_texts(self, call: Call, spec: ModelSpec, texts: tuple[str, ...]) -> tuple[str, ...]:
-        """Each text through the model's and account's input guard, as a prompt is."""
+    async def _guarded_texts(self, call: Call, spec: ModelSpec, inputs: EmbeddingInput) -> tuple[str, ...]:
+        """Each text through the model's and account's input guard, as a prompt is; a refusal names the text as
+        the client's protocol does (`input[1]`, `text[1]`)."""
         guard = await self.parts.input_guard(call.principal, spec)
-        field = "input" if call.protocol is WireProtocol.OPENAI else "text"
-        checked = tuple(guard.check_texts([(f"{field}[{i}]", text) for i, text in enumerate(texts)]))
+        named = [(f"{inputs.field}[{i}]", text) for i, text in enumerate(inputs.texts)]
+        checked = tuple(guard.check_texts(named))
         call.prompt = list(checked)
         return checked
 
@@ -191,7 +198,7 @@ class Pipeline:
         the call at once, so whatever ends the call lets it go."""
         call.reservation = await self._reserve(call, estimate)
         status = await self.parts.limiter.admit(call.principal, spec)
-        call.response_headers.update(status.headers())
+        call.rate_status = status
 
     async def _reserve(self, call: Call, estimate: Estimate) -> Reservation:
         """The open node (local development) has no budget; a token's account always exists."""
@@ -259,9 +266,8 @@ class Pipeline:
     ) -> Answer:
         """The answer of a started generation; `cache_entry` when it is to be stored and shared."""
         generation = answered.value
-        call.response_headers["cf-aig-step"] = str(answered.step)
-        if generation.node_id is not None:
-            call.response_headers[NODE_HEADER] = generation.node_id
+        call.step = answered.step
+        call.node_id = generation.node_id
         if generation.cold_start:
             phases = generation.cold_start_phases()
             self.parts.metrics.observe_cold_start(model.id, phases, generation.node_id)
@@ -351,9 +357,7 @@ class Pipeline:
         earlier_usage, earlier_cost = before
         usage = added(usage, earlier_usage)
         cost = (own[0] + earlier_cost[0], own[1] + earlier_cost[1])
-        cache_status: CacheStatus = (
-            "BYPASS" if call.response_headers.get("cf-aig-cache-status") == "BYPASS" else "MISS"
-        )
+        cache_status: CacheStatus = "BYPASS" if call.cache_status == "BYPASS" else "MISS"
         queue_s = generation.queue_s
         cold = generation.cold_start
         record = usage_record(
@@ -383,7 +387,7 @@ class Pipeline:
     def _refused(self, call: Call, spec: ModelSpec, error: CirrusError) -> None:
         if isinstance(error, RateLimited):
             self.parts.metrics.rate_limited(spec.id, error.limit)
-        elif isinstance(error, DailyAllocationExhausted) or error.code == 3053:
+        elif isinstance(error, DailyAllocationExhausted | SpendLimitReached):
             self.parts.metrics.budget_refused(type(error).__name__)
         nothing = (0.0, 0.0)
         self._record(

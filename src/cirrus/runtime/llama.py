@@ -50,6 +50,7 @@ class LlamaModel:
         self.batch_tokens = int(llama_cpp.llama_n_batch(self._ctx))
         self._batch = llama_cpp.llama_batch_init(self.batch_tokens, 0, 1)
         self._piece = ctypes.create_string_buffer(64)
+        self._candidates: _Candidates | None = None  # built on first use: JSON mode near its token budget
 
     # -- tokens -----------------------------------------------------------------------------------------------
 
@@ -186,6 +187,13 @@ class LlamaModel:
             return int(self.logits(index).argmax())
         return int(llama_cpp.llama_sampler_sample(sampler.handle, self._ctx, index))
 
+    def propose(self, sampler: "Sampler", index: int) -> int:
+        """The token `sample` would pick, without telling the sampler (its grammar, its penalties): the caller
+        then accepts it or another (`Sampler.accept`)."""
+        if self._candidates is None:
+            self._candidates = _Candidates(self.n_vocab)
+        return self._candidates.select(sampler.handle, self.logits(index))
+
     def close(self) -> None:
         llama_cpp.llama_batch_free(self._batch)
         llama_cpp.llama_free(self._ctx)
@@ -208,6 +216,24 @@ def _context_params(shape: ContextShape) -> Any:
     return params
 
 
+class _Candidates:
+    """Every token with its logit, as `llama_sampler_sample` lays them out before the chain picks one."""
+
+    def __init__(self, n_vocab: int) -> None:
+        dtype = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
+        self._data = np.zeros(n_vocab, dtype=dtype)
+        self._ids = np.arange(n_vocab, dtype=np.intc)
+        self._pointer = self._data.ctypes.data_as(llama_cpp.llama_token_data_p)
+
+    def select(self, chain: Any, logits: "np.ndarray[Any, np.dtype[np.float32]]") -> int:
+        self._data["id"] = self._ids  # the chain sorts and cuts the array in place
+        self._data["logit"] = logits
+        self._data["p"] = 0.0
+        array = llama_cpp.llama_token_data_array(self._pointer, len(self._ids), -1, False)
+        llama_cpp.llama_sampler_apply(chain, ctypes.byref(array))
+        return int(array.data[array.selected].id)
+
+
 class GrammarError(LlamaError):
     """llama.cpp could not parse a request's grammar."""
 
@@ -227,9 +253,11 @@ class Sampler:
                 n_vocab, PENALTY_WINDOW, repeat, params.frequency_penalty, params.presence_penalty
             )
         )
+        self._grammar: Any = None
         if params.grammar:  # needs the model's vocabulary (`LlamaModel.vocab`)
             try:
-                self._add(_grammar_stage(vocab, params.grammar))
+                self._grammar = _grammar_stage(vocab, params.grammar)
+                self._add(self._grammar)
             except BaseException:
                 self.close()  # the chain and the stages already in it are native memory
                 raise
@@ -247,6 +275,19 @@ class Sampler:
         penalties = llama_cpp.llama_sampler_chain_get(self.handle, 0)
         for token in tokens[-PENALTY_WINDOW:]:
             llama_cpp.llama_sampler_accept(penalties, token)
+
+    def allows(self, token: int) -> bool:
+        """Whether the grammar (if any) accepts `token` next; accepting one it refuses would abort llama.cpp."""
+        if self._grammar is None:
+            return True
+        data = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
+        array = llama_cpp.llama_token_data_array(data, 1, -1, False)
+        llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(array))
+        return bool(np.isfinite(data[0].logit))
+
+    def accept(self, token: int) -> None:
+        """Tell every stage that `token` was picked (after `LlamaModel.propose`, or a token written for it)."""
+        llama_cpp.llama_sampler_accept(self.handle, token)
 
     def _add(self, stage: Any) -> None:
         llama_cpp.llama_sampler_chain_add(self.handle, stage)

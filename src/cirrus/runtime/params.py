@@ -18,6 +18,9 @@ class SamplingParams:
     presence_penalty: float = 0.0
     stop: tuple[str, ...] = ()
     grammar: str | None = None  # GBNF the output must follow (JSON mode, tool calls); root rule "root"
+    json_mode: bool = (
+        False  # the grammar writes JSON (JSON mode, prompted tool calls): closed before max_tokens
+    )
 
 
 @dataclass(frozen=True)

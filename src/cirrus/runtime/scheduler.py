@@ -12,8 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cirrus.runtime.frames import Frame
+from cirrus.runtime.gbnf import GrammarSyntaxError
+from cirrus.runtime.json_closing import closing_for
+from cirrus.runtime.json_steering import ClosingTokens, JsonSteering
 from cirrus.runtime.llama import GrammarError, LlamaModel, Sampler
-from cirrus.runtime.params import GenerationInput
+from cirrus.runtime.params import GenerationInput, SamplingParams
 from cirrus.runtime.prefix_cache import PrefixCache
 from cirrus.runtime.prompts import InputError, PromptBuilder
 from cirrus.runtime.sequence import ReasoningCounter, Sequence, ThinkingMarkers
@@ -50,6 +53,7 @@ class BatchScheduler:
         self._running: list[Sequence] = []
         self._waiting: deque[Frame] = deque()
         self._thinking = _thinking_markers(model)
+        self._closing_tokens = ClosingTokens(model)
 
     @property
     def busy(self) -> bool:
@@ -91,6 +95,7 @@ class BatchScheduler:
     def _start(self, request_id: str, inputs: GenerationInput) -> None:
         prompt = self._prompts.tokens(inputs)
         budget = self._budget(len(prompt), inputs.sampling.max_tokens, inputs)
+        steering = self._steering(inputs.sampling)
         sampler = Sampler(inputs.sampling, self._model.n_vocab, self._model.vocab)  # before a slot is claimed
         sampler.remember(prompt)
         placement = self._cache.admit(prompt)
@@ -105,6 +110,7 @@ class BatchScheduler:
                 cached=placement.reuse,
                 fed=placement.reuse,
                 reasoning=self._reasoning_counter(prompt),
+                steering=steering,
             )
         )
         # The server learns the prompt's size now, so work cut short by a crash is still billed for it.
@@ -123,6 +129,16 @@ class BatchScheduler:
         return ReasoningCounter(
             markers, thinking=markers is not None and bool(prompt) and prompt[-1] == markers.open
         )
+
+    def _steering(self, sampling: SamplingParams) -> JsonSteering | None:
+        if not sampling.json_mode or not sampling.grammar:
+            return None
+        try:
+            closing = closing_for(sampling.grammar)
+        except (GrammarSyntaxError, RecursionError):  # a GBNF feature not followed here, or nesting too deep
+            log.warning("JSON mode's grammar could not be read for closing; the answer runs unsteered")
+            return None
+        return JsonSteering(closing, self._closing_tokens)
 
     def _budget(self, prompt_tokens: int, max_tokens: int, inputs: GenerationInput) -> int:
         room = self._context - prompt_tokens
@@ -190,7 +206,7 @@ class BatchScheduler:
 
     def _advance_guarded(self, sequence: Sequence, index: int) -> None:
         try:
-            self._advance(sequence, self._model.sample(sequence.sampler, index))
+            self._advance(sequence, self._pick(sequence, index))
         except Exception as exc:  # one sequence's failure ends that sequence only
             log.exception(
                 "request %s failed while generating",
@@ -199,6 +215,12 @@ class BatchScheduler:
             )
             self._fail(sequence.request_id, "internal", f"{type(exc).__name__}: {exc}", None)
             self._release(sequence)
+
+    def _pick(self, sequence: Sequence, index: int) -> int:
+        if sequence.steering is None:
+            return self._model.sample(sequence.sampler, index)
+        remaining = sequence.budget - sequence.completion_tokens
+        return sequence.steering.choose(self._model, sequence.sampler, index, remaining)
 
     def _advance(self, sequence: Sequence, token: int) -> None:
         if self._model.is_end(token):
@@ -211,6 +233,8 @@ class BatchScheduler:
             self._send_text(sequence, text)
         if sequence.matcher.stopped:
             self._finish(sequence, "stop")
+        elif sequence.steering is not None and sequence.steering.complete:
+            self._finish(sequence, sequence.steering.finish_reason)
         elif sequence.completion_tokens >= sequence.budget:
             self._finish(sequence, "length")
         else:

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 
+from cirrus.runtime.json_steering import JsonSteering
 from cirrus.runtime.llama import Sampler
 from cirrus.runtime.params import SamplingParams
 from cirrus.runtime.textstream import StopMatcher, Utf8Assembler
@@ -48,6 +49,7 @@ class Sequence:
     completion_tokens: int = 0
     finish_reason: str | None = None
     reasoning: ReasoningCounter = field(default_factory=lambda: ReasoningCounter(None))
+    steering: JsonSteering | None = None  # JSON mode: closes the answer before the budget runs out
     matcher: StopMatcher = field(init=False)
     utf8: Utf8Assembler = field(default_factory=Utf8Assembler)
 

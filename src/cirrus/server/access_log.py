@@ -1,5 +1,6 @@
 """One log line and one set of metrics per request, written when the response has ended (streams included),
-and the headers the pipeline decided on (cache status, fallback step, rate limits) added to the response."""
+and the headers from what the pipeline decided for the call (cache status, fallback step, node, rate limits)
+added to the response (call_headers.py)."""
 
 import logging
 import time
@@ -11,6 +12,7 @@ from cirrus.gateway.call import Call
 from cirrus.metering.record import UsageRecord
 from cirrus.observability.logs import log_request
 from cirrus.observability.metrics import Metrics
+from cirrus.server.call_headers import call_headers
 
 log = logging.getLogger("cirrus.requests")
 
@@ -25,8 +27,6 @@ class AccessLogMiddleware:
             await self.app(scope, receive, send)
             return
         state = scope.setdefault("state", {})
-        extra_headers: dict[str, str] = {}
-        state["response_headers"] = extra_headers
         started = time.perf_counter()
         status = 500
 
@@ -34,7 +34,9 @@ class AccessLogMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = _merged(message.get("headers", []), extra_headers)
+                call = state.get("call")
+                if isinstance(call, Call):
+                    message["headers"] = _merged(message.get("headers", []), call_headers(call))
             await send(message)
 
         try:

@@ -14,13 +14,13 @@ from cirrus.api.openai import chat, completions, embeddings, responses
 from cirrus.api.openai import models as openai_models
 from cirrus.api.workers_ai import models as workers_ai_models
 from cirrus.api.workers_ai import run
-from cirrus.gateway.access_log import AccessLogMiddleware
-from cirrus.gateway.auth import AuthMiddleware
-from cirrus.gateway.body_limit import BodyLimitMiddleware
-from cirrus.gateway.handlers import install_handlers
-from cirrus.gateway.json_body import JsonBodyMiddleware
-from cirrus.gateway.request_id import RequestIdMiddleware
 from cirrus.platform import Platform
+from cirrus.server.access_log import AccessLogMiddleware
+from cirrus.server.auth import AuthMiddleware
+from cirrus.server.body_limit import BodyLimitMiddleware
+from cirrus.server.handlers import install_handlers
+from cirrus.server.json_body import JsonBodyMiddleware
+from cirrus.server.request_id import RequestIdMiddleware
 
 # Starlette imports anyio's asyncio backend at the first streamed answer; without a bytecode cache that is ~20 ms
 # the first caller would wait for. A private module: if anyio moves it, the first caller pays again, nothing breaks.

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from cirrus.gateway.edge_limits import ConnectionCounter, EdgeLimits, RefusalTally
+from cirrus.server.edge_limits import ConnectionCounter, EdgeLimits, RefusalTally
 
 HEAD_TOO_LARGE = 431
 HEAD_TIMEOUT = 408

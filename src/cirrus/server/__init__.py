@@ -1,0 +1,1 @@
+"""The ASGI app on top of everything: routers, error handlers, the middleware stack and the HTTP edge."""
