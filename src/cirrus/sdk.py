@@ -206,10 +206,14 @@ class ServiceEngine:
     def resolve(self, model: str) -> ModelSpec:
         return self.catalog.get(model)
 
-    async def run(self, model: str, inputs: GenerationInput, keep_alive_s: float | None) -> Generation:
-        return await self._platform.service.start(
-            InferenceRequest(self._request_id, model, inputs, keep_alive_s)
+    async def run(self, model: str, inputs: GenerationInput, request: ChatRequest) -> Generation:
+        inference = InferenceRequest(
+            self._request_id, model, inputs, request.keep_alive_s, reject_if_busy=request.reject_if_busy
         )
+        return await self._platform.service.start(inference)
+
+    async def count(self, model: str, inputs: GenerationInput) -> int:
+        return await self._platform.service.count_tokens(InferenceRequest(self._request_id, model, inputs))
 
 
 class RemoteAi(Ai):

@@ -1,5 +1,6 @@
-"""The per-request pipeline: resolve the model, lease an instance, generate (or embed) under a deadline,
-release, and say what the worker actually processed (for billing work that ended early)."""
+"""The per-request pipeline: resolve the model, lease an instance, generate (or embed, or count a prompt's
+tokens) under a deadline, release, and say what the worker actually processed (for billing work that ended
+early)."""
 
 import asyncio
 import logging
@@ -34,6 +35,7 @@ class InferenceRequest:
     # On the loop's clock: when the whole request (gateway steps included) must be answered; None starts the
     # time limit when the service is called (the embedded SDK).
     deadline: float | None = None
+    reject_if_busy: bool = False  # refuse at once (429) rather than wait for a slot
 
 
 @dataclass
@@ -154,6 +156,19 @@ class EmbeddingWorker(Protocol):
     ) -> Embeddings: ...
 
 
+@runtime_checkable
+class CountingWorker(Protocol):
+    """What a text-generation instance's worker does beyond the pool's Worker: count a prompt's tokens."""
+
+    async def count(
+        self,
+        request_id: str,
+        inputs: GenerationInput,
+        deadline: float | None = None,
+        progress: Progress | None = None,
+    ) -> int: ...
+
+
 def require_task(spec: ModelSpec, task: str) -> None:
     """A request shaped for one task, sent to a model of another, is the caller's mistake: say which."""
     if spec.task != task:
@@ -196,6 +211,8 @@ class Backend(Protocol):
 
     async def embed(self, request: EmbeddingRequest, progress: Progress | None = None) -> EmbeddingResult: ...
 
+    async def count_tokens(self, request: InferenceRequest) -> int: ...
+
 
 class InferenceService:
     def __init__(self, catalog: Catalog, pool: Pool, request_timeout_s: float) -> None:
@@ -224,7 +241,9 @@ class InferenceService:
         deadline. A crash after admission is the caller's 502: the request may be what crashed it."""
         chain = prompt_chain(request.inputs)
         for attempt in (1, 2):
-            lease = await self.pool.acquire(spec, deadline, request.affinity, chain=chain)
+            lease = await self.pool.acquire(
+                spec, deadline, request.affinity, chain=chain, reject_if_busy=request.reject_if_busy
+            )
             events = lease.worker.generate(request.request_id, request.inputs, deadline, progress)
             try:
                 first = await anext(events)
@@ -268,6 +287,28 @@ class InferenceService:
             return EmbeddingResult(embeddings.vectors, usage, lease.cold_start, lease.queue_s)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    async def count_tokens(self, request: InferenceRequest) -> int:
+        """The prompt tokens a generation of `request.inputs` would report, rendered and tokenized by a worker of
+        the model; nothing is generated. It leases a slot as a generation does (a cold start if no instance is
+        loaded), releases it at once with the request's keep-alive, and is tried again on another instance,
+        once, if the worker was found dead when the request was sent."""
+        spec = self.catalog.require_installed(request.model)
+        require_task(spec, "text-generation")
+        loop = asyncio.get_running_loop()
+        deadline = request.deadline if request.deadline is not None else loop.time() + self.request_timeout_s
+        progress = Progress()
+        for attempt in (1, 2):
+            lease = await self.pool.acquire(spec, deadline)
+            try:
+                return await _count_on(lease, request, deadline, progress)
+            except WorkerCrashed:
+                if attempt == 2 or progress.sent:
+                    raise
+                log.warning("the worker for %s was gone when the request was sent; trying another", spec.id)
+            finally:
+                await asyncio.shield(_settle_and_release(lease, progress.wire_id, request.keep_alive_s))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
 
 _NOTHING = Finished("error", Usage(0, 0))  # the first event of a generation that never started
 
@@ -279,6 +320,13 @@ async def _embed_on(
     if not isinstance(worker, EmbeddingWorker):
         raise InternalError(f"the worker serving {lease.instance.spec.id} cannot embed")
     return await worker.embed(request.request_id, request.inputs, deadline, progress)
+
+
+async def _count_on(lease: Lease, request: InferenceRequest, deadline: float, progress: Progress) -> int:
+    worker = lease.worker
+    if not isinstance(worker, CountingWorker):
+        raise InternalError(f"the worker serving {lease.instance.spec.id} cannot count tokens")
+    return await worker.count(request.request_id, request.inputs, deadline, progress)
 
 
 async def _settle_and_release(lease: Lease, stream_id: str, keep_alive_s: float | None) -> None:

@@ -61,6 +61,7 @@ def test_every_path_parameter_is_declared_on_every_operation(description: dict[s
                 undeclared.append(f"{method.upper()} {path}: {sorted(in_path - declared)}")
     assert not undeclared
     assert any(path.startswith("/client/v4/accounts/{account_id}/") for path in description["paths"])
+    assert {"/v1/responses", "/v1/responses/{response_id}", "/v1/messages"} <= set(description["paths"])
 
 
 def map_path_parameters(context: HookContext, path_parameters: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +81,9 @@ def map_body(context: HookContext, body: Any) -> Any:
         mapped["model"] = MODEL
     if "prompt" in mapped or "messages" in mapped:
         mapped.setdefault("max_tokens", MAX_TOKENS)
-    for name in ("max_tokens", "max_completion_tokens"):
+    if "input" in mapped:  # the Responses API
+        mapped.setdefault("max_output_tokens", MAX_TOKENS)
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = mapped.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TOKENS:
             mapped[name] = MAX_TOKENS

@@ -1,4 +1,4 @@
-"""Bad input, table-driven, on both protocols: every refusal is a clear 4xx in its protocol's envelope.
+"""Bad input, table-driven, on every protocol: every refusal is a clear 4xx in its protocol's envelope.
 
 Each case is sent to a real server. Most go to the shared default server; the body-limit cases go to one with a
 2 KiB limit, and the context-window and not-installed cases to one with its own catalog. After the table, every
@@ -16,7 +16,7 @@ import pytest
 from tests.integration.conftest import GEMMA, SMOLLM
 from tests.integration.server import Server, running_server, write_catalog
 
-Kind = Literal["run", "chat", "completions"]
+Kind = Literal["run", "chat", "completions", "responses", "messages"]
 ServerName = Literal["server", "small_body_server", "custom_server"]
 
 SMALL_CONTEXT = "@cf/test/smollm2-small-context"
@@ -40,8 +40,10 @@ USER_HI = [{"role": "user", "content": "hi"}]
 ALL_KINDS: tuple[Kind, ...] = ("run", "chat", "completions")
 CHAT_KINDS: tuple[Kind, ...] = ("run", "chat")
 OPENAI_KINDS: tuple[Kind, ...] = ("chat", "completions")
+NEW_KINDS: tuple[Kind, ...] = ("responses", "messages")  # OpenAI's Responses API, Anthropic's Messages API
 WORKERS_AI_ENVELOPE = {"result", "success", "errors", "messages"}
 OPENAI_ERROR_FIELDS = {"message", "type", "code", "param"}
+ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "request_too_large"}
 
 
 @dataclass(frozen=True)
@@ -63,20 +65,34 @@ class Case:
     allow: str | None = None  # the Allow header a 405 must carry
 
     @property
-    def openai(self) -> bool:
-        return self.path.startswith("/v1/")
+    def protocol(self) -> str:
+        if self.path.startswith("/v1/messages"):
+            return "anthropic"
+        return "openai" if self.path.startswith("/v1/") else "workers-ai"
 
 
 def path_for(kind: Kind, model: str = SMOLLM) -> str:
-    return {"run": f"/ai/run/{model}", "chat": "/v1/chat/completions", "completions": "/v1/completions"}[kind]
+    return {
+        "run": f"/ai/run/{model}",
+        "chat": "/v1/chat/completions",
+        "completions": "/v1/completions",
+        "responses": "/v1/responses",
+        "messages": "/v1/messages",
+    }[kind]
 
 
 def body_for(kind: Kind, model: str = SMOLLM, **fields: Any) -> bytes:
     """A valid body for the route, with fields overridden (a field set to ... is left out)."""
-    base: dict[str, Any] = {"messages": USER_HI} if kind == "chat" else {"prompt": "hi"}
+    bases: dict[str, dict[str, Any]] = {
+        "chat": {"messages": USER_HI},
+        "messages": {"messages": USER_HI},
+        "responses": {"input": "hi"},
+    }
+    base = bases.get(kind, {"prompt": "hi"})
     if kind != "run":
         base["model"] = model
-    merged = {key: value for key, value in {**base, "max_tokens": 4, **fields}.items() if value is not ...}
+    limit = "max_output_tokens" if kind == "responses" else "max_tokens"
+    merged = {key: value for key, value in {**base, limit: 4, **fields}.items() if value is not ...}
     return json.dumps(merged).encode()
 
 
@@ -345,6 +361,92 @@ def custom_catalog_cases() -> Iterator[Case]:
         )
 
 
+def new_route_cases() -> Iterator[Case]:
+    """The Responses and Messages routes: the same kinds of mistakes, in their own field names."""
+    for kind in NEW_KINDS:
+        limit = "max_output_tokens" if kind == "responses" else "max_tokens"
+        yield invalid("malformed-json", kind, None, "not valid JSON", body=b'{"model": "x",')
+        yield invalid("json-array", kind, None, "the request body must be a JSON object", body=b"[1, 2]")
+        yield invalid("empty-body", kind, None, "the request body is empty", body=b"")
+        yield invalid("temperature-hot", kind, "temperature", "valid number", temperature="hot")
+        yield invalid("temperature-high", kind, "temperature", "less than or equal", temperature=2.1)
+        many: dict[str, Any] = {limit: "many"}
+        zero: dict[str, Any] = {limit: 0}
+        yield invalid("limit-many", kind, limit, "valid integer", **many)
+        yield invalid("limit-zero", kind, limit, "greater than or equal", **zero)
+        yield invalid("stream-yes", kind, "stream", "valid boolean", stream="yes")
+        yield invalid("no-model", kind, "model", "Field required", model=...)
+        yield Case(
+            id=f"{kind}-unknown-model",
+            path=path_for(kind),
+            body=body_for(kind, model=UNKNOWN),
+            status=404,
+            code=5007,
+            openai_type="invalid_request_error",
+            openai_code="model_not_found",
+            param="model",
+            says=(UNKNOWN,),
+        )
+        yield Case(
+            id=f"{kind}-wrong-method",
+            path=path_for(kind),
+            body=None,
+            status=405,
+            code=3043,
+            openai_type="invalid_request_error",
+            openai_code="method_not_allowed",
+            says=("GET", "POST"),
+            method="GET",
+            allow="POST",
+        )
+        text = "a" * BODY_LIMIT * 2
+        big = {"input": text} if kind == "responses" else {"messages": [{"role": "user", "content": text}]}
+        yield Case(
+            id=f"{kind}-body-too-large",
+            path=path_for(kind),
+            body=body_for(kind, **big),
+            status=413,
+            code=3006,
+            openai_type="invalid_request_error",
+            openai_code="request_too_large",
+            says=("too large", str(BODY_LIMIT)),
+            server="small_body_server",
+        )
+    yield invalid("no-input", "responses", "input", "Field required", input=...)
+    yield invalid(
+        "unknown-item", "responses", "input", "web_search_call", input=[{"type": "web_search_call"}]
+    )
+    yield invalid("built-in-tool", "responses", "tools.0.type", "'function'", tools=[{"type": "web_search"}])
+    yield Case(
+        id="responses-unknown-previous-response",
+        path=path_for("responses"),
+        body=body_for("responses", previous_response_id="resp_nothing"),
+        status=404,
+        code=3042,
+        openai_type="not_found_error",
+        openai_code="not_found",
+        param="previous_response_id",
+        says=("resp_nothing", "not found"),
+        names_param=False,
+    )
+    yield invalid("no-max-tokens", "messages", "max_tokens", "Field required", max_tokens=...)
+    yield invalid(
+        "system-role", "messages", "messages.0.role", "'user'", messages=[{"role": "system", "content": "x"}]
+    )
+    image = [{"role": "user", "content": [{"type": "image", "source": {}}]}]
+    yield invalid("image-block", "messages", "messages.0.content", "image", messages=image)
+    yield Case(
+        id="messages-prompt-past-context-window",
+        path=path_for("messages"),
+        body=body_for("messages", SMALL_CONTEXT, messages=[{"role": "user", "content": LONG_TEXT}]),
+        status=400,
+        code=5006,
+        openai_type="invalid_request_error",
+        says=("context window of 256 tokens",),
+        server="custom_server",
+    )
+
+
 CASES = [
     *body_cases(),
     *type_cases(),
@@ -354,6 +456,7 @@ CASES = [
     *route_cases(),
     *limit_cases(),
     *custom_catalog_cases(),
+    *new_route_cases(),
 ]
 
 
@@ -395,6 +498,15 @@ def check_workers_ai_error(case: Case, body: dict[str, Any]) -> str:
     return str(error["message"])
 
 
+def check_anthropic_error(case: Case, body: dict[str, Any]) -> str:
+    assert set(body) == {"type", "error"} and body["type"] == "error", body
+    error = body["error"]
+    assert set(error) == {"type", "message"}, body
+    assert error["type"] == ANTHROPIC_ERROR_TYPES.get(case.status, "invalid_request_error"), body
+    assert isinstance(error["message"], str) and error["message"], body
+    return str(error["message"])
+
+
 def check_openai_error(case: Case, body: dict[str, Any]) -> str:
     assert set(body) == {"error"}, body
     error = body["error"]
@@ -414,7 +526,8 @@ def test_bad_input_is_refused_clearly(case: Case, request: pytest.FixtureRequest
     assert response.headers.get("cf-ai-req-id"), response.headers
     assert response.headers["content-type"] == "application/json", response.headers
     body = response.json()
-    message = check_openai_error(case, body) if case.openai else check_workers_ai_error(case, body)
+    checks = {"openai": check_openai_error, "anthropic": check_anthropic_error}
+    message = checks.get(case.protocol, check_workers_ai_error)(case, body)
     if case.param is not None and case.names_param:
         assert case.param in message, message
     for phrase in case.says:

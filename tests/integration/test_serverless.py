@@ -107,6 +107,30 @@ def test_a_full_queue_answers_429_with_retry_after(tmp_path: Path) -> None:
         assert run(server, SMOLLM, {"prompt": "Hi", "max_tokens": 4}).status_code == 200
 
 
+def test_reject_if_busy_refuses_at_once_on_both_protocols_while_the_one_slot_is_taken(tmp_path: Path) -> None:
+    catalog = write_catalog(tmp_path / "catalog.toml", SINGLE_INSTANCE_CATALOG)
+    busy = {"options": {"rejectIfBusy": True}}
+    with running_server(tmp_path, "--catalog", str(catalog)) as server:
+        assert (
+            run(server, SMOLLM, {"prompt": "Hi", "max_tokens": 2, **busy}).status_code == 200
+        )  # a free slot
+        body = {**COUNTING, "max_tokens": 2000, "stream": True}
+        with httpx.stream("POST", f"{server.url}/ai/run/{SMOLLM}", json=body, timeout=120) as holding:
+            events = sse_events(
+                holding
+            )  # kept: a generator dropped here would close the stream, freeing the slot
+            assert next(events)["response"] is not None  # the one slot is generating now
+            refused = run(server, SMOLLM, {"prompt": "Hi", "max_tokens": 4, **busy})
+            chat = {"model": SMOLLM, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, **busy}
+            refused_chat = httpx.post(f"{server.url}/v1/chat/completions", json=chat, timeout=30)
+        assert refused.status_code == 429 and refused.json()["errors"][0]["code"] == 3040, refused.text
+        assert "rejectIfBusy" in refused.json()["errors"][0]["message"]
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused_chat.status_code == 429 and refused_chat.json()["error"]["type"] == "rate_limit_error"
+        assert wait_until(lambda: all(i["active_requests"] == 0 for i in server.instances()), 30)
+        assert run(server, SMOLLM, {"prompt": "Hi", "max_tokens": 4, **busy}).status_code == 200
+
+
 def test_the_time_limit_cancels_with_408_and_the_instance_stays_usable(tmp_path: Path) -> None:
     with running_server(tmp_path, request_timeout_s="1.5") as server:
         assert httpx.post(f"{server.url}/admin/models/{GEMMA}/load", timeout=60).status_code == 200

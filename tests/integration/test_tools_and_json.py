@@ -293,11 +293,6 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "call_9",
     ),
     (
-        "JSON mode streamed",
-        {"response_format": {"type": "json_object"}, "stream": True},
-        "cannot be streamed",
-    ),
-    (
         "a thinking switch on SmolLM2",
         {"chat_template_kwargs": {"enable_thinking": False}},
         "no thinking switch",
@@ -331,6 +326,23 @@ def test_bad_input(server: Server, protocol: str, why: str, extra: dict[str, Any
             message = response.json()["errors"][0]["message"]
     assert response.status_code == 400, (why, response.text)
     assert says in message, (why, message)
+
+
+def test_json_mode_streams_on_openai_and_is_refused_streamed_on_workers_ai(server: Server) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "A city and its country."}],
+        "response_format": {"type": "json_object"},
+        "max_tokens": 24,
+        "stream": True,
+    }
+    with server.client() as client:
+        with client.stream("POST", "/v1/chat/completions", json={"model": SMOLLM, **body}) as response:
+            assert response.status_code == 200
+            chunks = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+        refused = client.post(f"/ai/run/{SMOLLM}", json=body)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    assert isinstance(json.loads(text), dict)  # closed within max_tokens by the worker
+    assert refused.status_code == 400 and "cannot be streamed" in refused.json()["errors"][0]["message"]
 
 
 def test_an_assistant_turn_with_null_content_and_tool_calls_is_accepted(server: Server) -> None:

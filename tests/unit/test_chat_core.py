@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 
 from cirrus.catalog import ModelSpec
-from cirrus.chat import ChatDelta, ChatEnd, ChatEvent, ChatRequest, ChatRun, chat_options, start_chat
+from cirrus.chat import (
+    ChatDelta,
+    ChatEnd,
+    ChatEvent,
+    ChatRequest,
+    ChatRun,
+    chat_options,
+    count_chat_tokens,
+    start_chat,
+)
 from cirrus.errors import InvalidInput, JsonModeFailed, NoSuchModel
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
 from cirrus.runtime.params import GenerationInput, SamplingParams, Usage
@@ -22,6 +31,7 @@ GLM = spec("glm", family="glm47")
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 USAGE = Usage(12, 8)
 ASK = ({"role": "user", "content": "Weather in Oslo?"},)
+COUNTED = 17
 GLM_CALL = (
     "The user wants Oslo.</think>"
     "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"
@@ -59,8 +69,9 @@ class FakeEngine:
     def __init__(self, pieces: list[str], reason: str = "stop", usage: Usage = USAGE) -> None:
         self.model_files = FakeModelFiles()
         self.catalog = self
-        self.runs: list[tuple[str, GenerationInput, float | None]] = []
+        self.runs: list[tuple[str, GenerationInput, float | None]] = []  # model, input, keep-alive
         self.events: list[FakeEvents] = []
+        self.counted: list[tuple[str, GenerationInput]] = []
         self._answer = (pieces, reason, usage)
 
     def get(self, model_id: str) -> ModelSpec:
@@ -72,10 +83,14 @@ class FakeEngine:
     def resolve(self, model: str) -> ModelSpec:
         return self.get(model)
 
-    async def run(self, model: str, inputs: GenerationInput, keep_alive_s: float | None) -> FakeEvents:
-        self.runs.append((model, inputs, keep_alive_s))
+    async def run(self, model: str, inputs: GenerationInput, request: ChatRequest) -> FakeEvents:
+        self.runs.append((model, inputs, request.keep_alive_s))
         self.events.append(FakeEvents(*self._answer))
         return self.events[-1]
+
+    async def count(self, model: str, inputs: GenerationInput) -> int:
+        self.counted.append((model, inputs))
+        return COUNTED
 
 
 def chat(model: str = PLAIN.id, **fields: Any) -> ChatRequest:
@@ -168,3 +183,41 @@ def test_an_unknown_model_or_a_bad_combination_fails_before_anything_runs() -> N
     with pytest.raises(InvalidInput, match="no thinking switch"):
         started(engine, chat(options=thinking))
     assert engine.runs == []
+
+
+def test_streamed_json_mode_ends_normally_when_whole_and_fails_when_cut() -> None:
+    options = chat_options(None, None, {"type": "json_object"}, None, stream=True)
+    whole = events_of(started(FakeEngine(['{"a": ', "1}"]), chat(options=options)))
+    assert (
+        isinstance(whole[-1], ChatEnd)
+        and "".join(e.content for e in whole[:-1] if isinstance(e, ChatDelta)) == '{"a": 1}'
+    )
+    cut = started(FakeEngine(['{"a": '], reason="length"), chat(options=options))
+    with pytest.raises(JsonModeFailed):
+        events_of(cut)
+
+
+def test_a_count_plans_the_input_as_a_run_would_and_generates_nothing() -> None:
+    options = chat_options(TOOLS, "auto", None, True, stream=False)
+    request = chat(GLM.id, options=options)
+    engine = FakeEngine(["x"])
+    assert asyncio.run(count_chat_tokens(engine, request)) == COUNTED
+    assert engine.runs == [] and engine.events == []
+    started(engine, request)
+    [(counted_model, counted)] = engine.counted
+    [(run_model, ran, _)] = engine.runs
+    assert counted_model == run_model == GLM.id
+    assert counted == ran and counted.family == "glm47" and counted.tools and counted.enable_thinking
+
+
+def test_a_count_of_a_raw_prompt_sends_it_as_it_is_and_a_bad_one_counts_nothing() -> None:
+    engine = FakeEngine(["x"])
+    asyncio.run(count_chat_tokens(engine, ChatRequest(PLAIN.id, prompt="1, 2,", raw=True)))
+    [(_, raw)] = engine.counted
+    assert (raw.prompt, raw.raw, raw.messages) == ("1, 2,", True, None)
+    with pytest.raises(NoSuchModel):
+        asyncio.run(count_chat_tokens(engine, chat("@cf/test/absent")))
+    thinking = chat_options(None, None, None, True, stream=False)
+    with pytest.raises(InvalidInput, match="no thinking switch"):
+        asyncio.run(count_chat_tokens(engine, chat(options=thinking)))
+    assert len(engine.counted) == 1

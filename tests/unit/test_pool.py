@@ -411,3 +411,17 @@ async def test_closing_the_pool_cancels_a_start_in_progress() -> None:
         await pool.acquire(SMALL, deadline(0.02))
     await asyncio.wait_for(pool.close(), 1)
     assert pool.statuses() == [] and launcher.launched == []
+
+
+async def test_reject_if_busy_refuses_at_once_where_others_would_wait_for_a_slot() -> None:
+    pool, launcher, _ = make_pool()
+    held = await pool.acquire(SMALL, deadline(), reject_if_busy=True)  # a cold start it begins itself: served
+    with pytest.raises(CapacityExceeded, match="busy"):
+        await pool.acquire(SMALL, deadline(), reject_if_busy=True)
+    waiting = asyncio.ensure_future(pool.acquire(SMALL, deadline()))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # without the option the same request queues
+    held.release()
+    (await waiting).release()
+    (await pool.acquire(SMALL, deadline(), reject_if_busy=True)).release()  # a free slot again
+    assert len(launcher.launched) == 1

@@ -13,9 +13,13 @@ from cirrus.errors import CirrusError
 ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
     413: "request_too_large",
+    422: "invalid_request_error",
     429: "rate_limit_error",
     503: "overloaded_error",
     504: "timeout_error",

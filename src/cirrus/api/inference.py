@@ -1,6 +1,7 @@
 """What every generating route does once it has translated its body: resolve the model through the gateway,
 then stream the answer's events, or wait for the whole answer while watching for the client to leave."""
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import Request
@@ -10,7 +11,7 @@ from cirrus.api.calls import call_of
 from cirrus.api.context import affinity_of, platform_of, request_id_of
 from cirrus.api.sse import unless_disconnected
 from cirrus.catalog import ModelSpec
-from cirrus.chat import ChatRequest, ChatResult, ChatRun, start_chat
+from cirrus.chat import ChatRequest, ChatResult, ChatRun, count_chat_tokens, start_chat
 from cirrus.gateway.answer import Answer
 from cirrus.gateway.call import Call
 from cirrus.runtime.params import GenerationInput
@@ -56,9 +57,15 @@ class GatewayChatEngine:
     def resolve(self, model: str) -> ModelSpec:
         return resolve_model(self._request, model, self._stream)
 
-    async def run(self, model: str, inputs: GenerationInput, keep_alive_s: float | None) -> Answer:
-        inference = inference_request(self._request, model, inputs, keep_alive_s)
+    async def run(self, model: str, inputs: GenerationInput, request: ChatRequest) -> Answer:
+        inference = inference_request(self._request, model, inputs, request.keep_alive_s)
+        inference = dataclasses.replace(inference, reject_if_busy=request.reject_if_busy)
         return await _answer(self._request, inference, self._stream)
+
+    async def count(self, model: str, inputs: GenerationInput) -> int:
+        inference = inference_request(self._request, model, inputs, None)
+        call = gateway_call(self._request, self._stream)
+        return await platform_of(self._request).pipeline.count_tokens(call, inference)
 
 
 async def stream_chat(request: Request, chat: ChatRequest, write: ChatWriter) -> StreamingResponse:
@@ -75,3 +82,9 @@ async def whole_chat(request: Request, chat: ChatRequest) -> tuple[ChatRun, Chat
         return run, await run.whole()
 
     return await unless_disconnected(request, answered())
+
+
+async def count_chat(request: Request, chat: ChatRequest) -> int:
+    """The chat's prompt tokens, while watching for the client to leave (a count may wait for a cold start)."""
+    engine = GatewayChatEngine(request, stream=False)
+    return await unless_disconnected(request, count_chat_tokens(engine, chat))

@@ -10,6 +10,16 @@ from cirrus.chat import ChatOptions, ChatRequest
 from cirrus.runtime.params import SamplingParams
 
 
+class RunOptions(BaseModel):
+    """Workers AI's per-request options, sent as the body's `options` object."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rejectIfBusy: bool = Field(
+        default=False, strict=True, description="refuse at once (429) rather than queue"
+    )
+
+
 class GenerationOptions(BaseModel):
     """Numbers and booleans are strict: "0.5" is not a temperature, true is not a max_tokens."""
 
@@ -26,6 +36,7 @@ class GenerationOptions(BaseModel):
     presence_penalty: float = Field(default=0.0, ge=0, le=2, strict=True)
     stop: list[str] | None = Field(default=None, max_length=16)
     keep_alive: float | str | None = Field(default=None, description="seconds, or a duration such as '5m'")
+    options: RunOptions | None = None
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -67,4 +78,7 @@ class GenerationOptions(BaseModel):
         """For the chat core, which fills in the model's default max_tokens."""
         max_tokens = self.requested_max_tokens()
         sampling = self.sampling(max_tokens or 1)
-        return ChatRequest(model, messages, prompt, raw, options, sampling, max_tokens, self.keep_alive_s())
+        busy = self.options is not None and self.options.rejectIfBusy
+        return ChatRequest(
+            model, messages, prompt, raw, options, sampling, max_tokens, self.keep_alive_s(), busy
+        )

@@ -3,7 +3,16 @@ reasoning, content and tool calls out. Protocol-neutral: each adapter translates
 `ChatRequest` and the parsed answer into its own fields."""
 
 from cirrus.chat.answer import ChatResult
-from cirrus.chat.core import ChatEnd, ChatEngine, ChatEvent, ChatRequest, ChatRun, Events, start_chat
+from cirrus.chat.core import (
+    ChatEnd,
+    ChatEngine,
+    ChatEvent,
+    ChatRequest,
+    ChatRun,
+    Events,
+    count_chat_tokens,
+    start_chat,
+)
 from cirrus.chat.options import ChatOptions, chat_options
 from cirrus.families import ChatDelta, ToolCall
 
@@ -19,5 +28,6 @@ __all__ = [
     "Events",
     "ToolCall",
     "chat_options",
+    "count_chat_tokens",
     "start_chat",
 ]

@@ -6,6 +6,7 @@ SDK) decodes its body into a `ChatRequest`, calls `start_chat` with the `ChatEng
 the `ChatResult` or the stream of `ChatDelta` and `ChatEnd` events in its own shape. Where a request runs is the
 engine's business: the gateway's pipeline for one HTTP call (scopes, limits, cache, metering), or the bare
 service inside `Ai.local()`. So the same body answers the same way in-process and over HTTP.
+`count_chat_tokens` plans a request the same way and asks the engine only for its prompt's size.
 """
 
 import dataclasses
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cirrus.catalog import ModelSpec
-from cirrus.chat.answer import ChatResult, ChatStream, parse_whole
+from cirrus.chat.answer import ChatResult, ChatStream, json_answer, parse_whole
 from cirrus.chat.family_lookup import ModelFiles, Specs, model_family
 from cirrus.chat.options import ChatOptions
 from cirrus.chat.plan import ChatPlan, plan_chat
@@ -47,7 +48,13 @@ class ChatEngine(Protocol):
 
     def resolve(self, model: str) -> ModelSpec: ...
 
-    async def run(self, model: str, inputs: GenerationInput, keep_alive_s: float | None) -> Events: ...
+    async def run(self, model: str, inputs: GenerationInput, request: "ChatRequest") -> Events:
+        """`request` for what the run needs besides the input: keep-alive, whether to wait for a slot."""
+        ...
+
+    async def count(self, model: str, inputs: GenerationInput) -> int:
+        """The prompt tokens a run of `inputs` would report; nothing is generated."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,9 @@ class ChatRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int | None = None
     keep_alive_s: float | None = None
+    reject_if_busy: bool = (
+        False  # Workers AI's rejectIfBusy: refuse at once (429) rather than wait for a slot
+    )
 
 
 @dataclass(frozen=True)
@@ -99,11 +109,15 @@ class ChatRun:
         return self.plan is not None and self.plan.json_mode
 
     async def __aiter__(self) -> AsyncIterator[ChatEvent]:
+        """In JSON mode the text goes out as it comes and is checked whole before the end: an answer that is not
+        complete JSON ends the stream with `JsonModeFailed` instead of `ChatEnd`."""
         parsed = ChatStream(self.plan) if self.plan is not None else None
+        content: list[str] = []
         try:
             async for event in self._events:
                 if isinstance(event, TextDelta):
                     delta = parsed.feed(event.text) if parsed else ChatDelta(content=event.text)
+                    content.append(delta.content)
                     if not delta.empty:
                         yield delta
                     continue
@@ -111,7 +125,10 @@ class ChatRun:
                     yield ChatEnd(event.finish_reason, event.usage, None)
                     return
                 if not (last := parsed.finish()).empty:
+                    content.append(last.content)
                     yield last
+                if self.json_mode:
+                    json_answer("".join(content), event.finish_reason)
                 reason = parsed.finish_reason(event.finish_reason)
                 yield ChatEnd(reason, event.usage, parsed.reasoning_tokens(event.usage))
                 return
@@ -133,6 +150,21 @@ class ChatRun:
 
 
 async def start_chat(engine: ChatEngine, request: ChatRequest) -> ChatRun:
+    spec, plan, inputs = await _planned(engine, request)
+    events = await engine.run(spec.id, inputs, request)
+    return ChatRun(spec, plan, events)
+
+
+async def count_chat_tokens(engine: ChatEngine, request: ChatRequest) -> int:
+    """The prompt tokens `start_chat` would send the model for `request`, planned the same way (family, tools,
+    JSON mode, thinking switch); nothing is generated."""
+    spec, _, inputs = await _planned(engine, request)
+    return await engine.count(spec.id, inputs)
+
+
+async def _planned(
+    engine: ChatEngine, request: ChatRequest
+) -> tuple[ModelSpec, ChatPlan | None, GenerationInput]:
     spec = engine.resolve(request.model)
     sampling = dataclasses.replace(request.sampling, max_tokens=request.max_tokens or spec.max_tokens_default)
     plan = await _plan(engine, spec, request, sampling)
@@ -141,8 +173,7 @@ async def start_chat(engine: ChatEngine, request: ChatRequest) -> ChatRun:
         if plan is not None
         else GenerationInput(prompt=request.prompt, raw=True, sampling=sampling)
     )
-    events = await engine.run(spec.id, inputs, request.keep_alive_s)
-    return ChatRun(spec, plan, events)
+    return spec, plan, inputs
 
 
 async def _plan(

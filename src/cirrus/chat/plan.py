@@ -2,8 +2,9 @@
 
 Rules beyond the families' own:
 - A thinking switch needs a family that has one: any other model gets a 400.
-- JSON mode is constrained by a grammar. It refuses streaming (as Workers AI does) and tools (one grammar per
-  answer). On a family with a thinking switch it turns thinking off (a grammar cannot allow a thinking block);
+- JSON mode is constrained by a grammar, which the worker closes before max_tokens runs out. It refuses tools
+  (one grammar per answer). Streamed, the text goes out as it comes and is checked whole at the end; Workers AI's
+  refusal of streamed JSON mode is its adapter's (`api/workers_ai/inputs.py`). On a family with a thinking switch it turns thinking off (a grammar cannot allow a thinking block);
   asking for both is a 400.
 - Tools on a native family (GLM, Kimi) go to the family's template and are parsed from its format; a named
   tool_choice narrows the tools offered to that one. "required" and a named tool are enforced by a grammar over
@@ -91,10 +92,6 @@ def _check_combinations(family: Family | None, options: ChatOptions) -> None:
         raise InvalidInput(f"{what} has no thinking switch: leave out '{THINKING}'", param=THINKING)
     if options.json_format is None:
         return
-    if options.stream:
-        raise InvalidInput(
-            "JSON mode (response_format) cannot be streamed: send stream false", param="stream"
-        )
     if options.calls_tools:
         raise InvalidInput(
             'JSON mode (response_format) and tools cannot be combined: send tool_choice "none" or leave one out',

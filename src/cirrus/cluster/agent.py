@@ -153,6 +153,17 @@ class NodeAgent:
         except CirrusError as error:
             return None, Failed(error, progress.usage(), progress.sent)
 
+    async def count_tokens(
+        self, request: InferenceRequest, left_s: float
+    ) -> tuple[int | None, CirrusError | None]:
+        """The prompt's tokens, or the error (returned, not raised, so the gateway gets the CirrusError itself)."""
+        request = replace(request, deadline=asyncio.get_running_loop().time() + left_s)
+        await self.ready()
+        try:
+            return await self.platform.service.count_tokens(request), None
+        except CirrusError as error:
+            return None, error
+
 
 async def _batches(
     generation: Generation, opened: Opened, progress: Progress, window: Callable[[], float]

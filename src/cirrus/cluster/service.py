@@ -21,7 +21,7 @@ from cirrus.cluster import ray_calls
 from cirrus.cluster.fleet import Fleet, Node
 from cirrus.cluster.remote import NodeLost, RemoteGeneration, first_events, see_failure
 from cirrus.cluster.wire import Batch, Failed
-from cirrus.errors import ModelNotInstalled, ModelTooLarge, NoNodeAvailable, RequestTimeout
+from cirrus.errors import CirrusError, ModelNotInstalled, ModelTooLarge, NoNodeAvailable, RequestTimeout
 from cirrus.placement.placer import NoNodeFits
 from cirrus.placement.view import Placement, PlacementRequest
 from cirrus.runtime.params import Usage
@@ -77,25 +77,44 @@ class ClusterService:
 
     async def embed(self, request: EmbeddingRequest, progress: Progress | None = None) -> EmbeddingResult:
         spec = self._installed_spec(request.model, "text-embeddings")
-        deadline = self._deadline(request.deadline)
-        progress = progress or Progress()
+        unbounded = replace(request, deadline=None)
+        outcome: tuple[EmbeddingResult | None, Failed | None] = await self._on_a_node(
+            spec,
+            self._deadline(request.deadline),
+            lambda agent, left_s: agent.embed.remote(unbounded, left_s),
+        )
+        return _embedded(*outcome, progress or Progress())
+
+    async def count_tokens(self, request: InferenceRequest) -> int:
+        """The prompt's tokens, counted by a worker of the model on the node the placer chooses (as for a
+        generation, so a warm instance is preferred); nothing is generated."""
+        spec = self._installed_spec(request.model, "text-generation")
+        unbounded = replace(request, deadline=None)
+        outcome: tuple[int | None, CirrusError | None] = await self._on_a_node(
+            spec,
+            self._deadline(request.deadline),
+            lambda agent, left_s: agent.count_tokens.remote(unbounded, left_s),
+        )
+        return _counted(*outcome)
+
+    async def _on_a_node(self, spec: ModelSpec, deadline: float, work: Callable[[Any, float], Any]) -> Any:
+        """The answer of one call of a node's agent (`work(agent, seconds left)`), on a node the placer chooses,
+        counted placed while the call runs; a node lost before it answered is replaced by another within the
+        deadline."""
         wanted = self.placement_request(spec, None)
         tried: set[str] = set()
         while True:
             node, placement = self._place(wanted, tried)
             try:
                 left_s = self._check_time(deadline)
-                work: Any = node.agent.embed.remote(replace(request, deadline=None), left_s)
-                outcome: tuple[EmbeddingResult | None, Failed | None] = await ray_calls.unless_lost(
-                    ray_calls.call(work, left_s + STUCK_AFTER_DEADLINE_S), node.lost
+                return await ray_calls.unless_lost(
+                    ray_calls.call(work(node.agent, left_s), left_s + STUCK_AFTER_DEADLINE_S), node.lost
                 )
             except NodeLost:
                 tried.add(node.node_id)
                 self._check_time(deadline)
-                continue
             finally:
                 self.fleet.placer.finished(wanted, placement)
-            return _embedded(*outcome, progress)
 
     # -- placing --------------------------------------------------------------------------------------------
 
@@ -217,6 +236,13 @@ class ClusterService:
         task = asyncio.ensure_future(drop())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _counted(tokens: int | None, error: CirrusError | None) -> int:
+    if error is not None:
+        raise error
+    assert tokens is not None
+    return tokens
 
 
 def _embedded(result: EmbeddingResult | None, failed: Failed | None, progress: Progress) -> EmbeddingResult:

@@ -5,6 +5,7 @@ flight) -> the model, with retries and fallbacks -> output filters -> metering, 
 
 Routes translate their protocol into a `GenerationInput` and call `resolve` then `run`; everything else is here.
 Embeddings take the same steps through `embed`, less the response cache, the retries and the output filters.
+A prompt's token count (`count_tokens`) takes the scope check, the input guard and the request rate limit only.
 
 One time limit covers it all: the call's deadline (its arrival plus the request time limit) bounds the gateway's
 steps here and is passed to the service as the request's. The budget holds the request's estimated cost from
@@ -151,6 +152,23 @@ class Pipeline:
         )
         self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, result.usage.total_tokens))
         return result
+
+    async def count_tokens(self, call: Call, request: InferenceRequest) -> int:
+        """The prompt tokens of `request.inputs` on its model, as a generation would report them. Free, as
+        Anthropic's count is: no budget, no metering, no tokens charged. The input guard still applies (it gives
+        the model the same text a generation would, and bounds what a free call may send a worker), and the
+        request rate limit too: a count takes a slot on an instance, and may cold-start one."""
+        spec = self.resolve(call, request.model)
+        async with call.within_deadline(GATEWAY_STEPS):
+            inputs = (await self.parts.input_guard(call.principal, spec)).check(request.inputs)
+            try:
+                call.rate_status = await self.parts.limiter.admit(call.principal, spec)
+            except RateLimited as limited:
+                self.parts.metrics.rate_limited(spec.id, limited.limit)
+                raise
+        deadline = request.deadline if request.deadline is not None else call.deadline
+        counted = dataclasses.replace(request, model=spec.id, inputs=inputs, deadline=deadline)
+        return await self.parts.service.count_tokens(counted)
 
     def _embedding_ended(
         self, call: Call, spec: ModelSpec, progress: Progress, status: int, code: int | None

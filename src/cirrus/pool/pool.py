@@ -116,8 +116,12 @@ class Pool:
         affinity: str | None = None,
         *,
         chain: PromptChain | None = None,
+        reject_if_busy: bool = False,
     ) -> Lease:
         """Lease a slot on an instance of spec, cold-starting one if needed; deadline is on the loop's clock.
+        With `reject_if_busy` (Workers AI's `rejectIfBusy`) a request that would have to wait for a slot is
+        refused at once instead (429, 3040), behind a cold start as well; a free slot, or a cold start that this
+        request can begin now, still serves it.
 
         Requests with the same affinity key go to the same instance while it has room, so they find their
         earlier turns in its prefix cache. Without one (or when it is full), `chain`, the request's prompt keys,
@@ -129,7 +133,7 @@ class Pool:
         self._waiting[spec.id] = self.waiting(spec.id) + 1
         try:
             async with asyncio.timeout_at(deadline):
-                instance, cold = await self._obtain(spec, affinity, chain)
+                instance, cold = await self._obtain(spec, affinity, chain, reject_if_busy)
         except TimeoutError:
             raise RequestTimeout(f"the request waited in {spec.id}'s queue past its time limit") from None
         finally:
@@ -241,7 +245,7 @@ class Pool:
         return None
 
     async def _obtain(
-        self, spec: ModelSpec, affinity: str | None, chain: PromptChain | None
+        self, spec: ModelSpec, affinity: str | None, chain: PromptChain | None, reject_if_busy: bool
     ) -> tuple[Instance, bool]:
         needed = await self._launcher.estimate_bytes(spec)
         self._check_can_ever_fit(spec, needed)
@@ -254,6 +258,11 @@ class Pool:
             victims = self._victims_for(needed) if self._may_add_instance(spec) else None
             if victims is not None:
                 return await self._cold_start(spec, needed, victims), True
+            if reject_if_busy:
+                raise CapacityExceeded(
+                    f"{spec.id} is busy: no instance has a free slot and none can start now (rejectIfBusy)",
+                    retry_after_s=1.0,
+                )
             async with self._changed:
                 await self._changed.wait()
 

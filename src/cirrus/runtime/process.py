@@ -1,5 +1,5 @@
-"""A worker process seen from the server: spawn it, stream generations or ask embeddings of it, cancel, stop or
-kill it, and watch that it still answers."""
+"""A worker process seen from the server: spawn it, stream generations, ask embeddings or prompt token counts of
+it, cancel, stop or kill it, and watch that it still answers."""
 
 import asyncio
 import contextlib
@@ -63,7 +63,7 @@ _KEEP_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": 
 # compete with llama.cpp's threads for the cores.
 _ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1"}
 # What ends a request in the worker: after one of these it holds nothing of that request.
-ENDINGS = frozenset({"finished", "failed", "embedded"})
+ENDINGS = frozenset({"finished", "failed", "embedded", "counted"})
 # Watchdog defaults; the launcher sets the configured ones (settings.worker_heartbeat_timeout_s, worker_stall_s).
 HEARTBEAT_TIMEOUT_S = 3.0
 STALL_S = 30.0
@@ -340,6 +340,24 @@ class WorkerProcess:
         finally:
             self._close_stream(stream)
 
+    async def count(
+        self,
+        request_id: str,
+        inputs: GenerationInput,
+        deadline: float | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """The prompt tokens a generation of `inputs` would feed the engine, rendered and tokenized as it would be
+        (runtime/counting.py); nothing is generated. Leaving early (cancel, deadline) cancels it in the worker."""
+        stream = self._open_stream(request_id, deadline, progress)
+        try:
+            await self._send_request(
+                stream, {"type": "count", "id": stream.wire_id, "input": inputs.to_frame()}, deadline
+            )
+            return _counted(await stream.queue.get())
+        finally:
+            self._close_stream(stream)
+
     def _open_stream(self, request_id: str, deadline: float | None, progress: Progress | None) -> _Stream:
         """Where the reader delivers this request's frames, and one timer for its deadline."""
         if not self.alive:
@@ -470,6 +488,16 @@ def _embeddings(item: Frame | CirrusError) -> Embeddings:
     if item["type"] == "failed":
         raise _worker_error(item)
     raise InternalError(f"the worker answered an embeddings request with {item['type']!r}")
+
+
+def _counted(item: Frame | CirrusError) -> int:
+    if isinstance(item, CirrusError):
+        raise item
+    if item["type"] == "counted":
+        return int(item["prompt_tokens"])
+    if item["type"] == "failed":
+        raise _worker_error(item)
+    raise InternalError(f"the worker answered a token count with {item['type']!r}")
 
 
 def _rss_bytes(pid: int) -> int | None:

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cirrus.runtime.counting import counted
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.gbnf import GrammarSyntaxError
 from cirrus.runtime.json_closing import closing_for
@@ -63,6 +64,9 @@ class BatchScheduler:
         self._model.set_threads(threads)
 
     def submit(self, frame: Frame) -> None:
+        if frame["type"] == "count":  # rendered and tokenized only: answered now, without a slot
+            self._send(counted(self._prompts, frame))
+            return
         self._waiting.append(frame)
 
     def step(self) -> None:

@@ -3,9 +3,10 @@
 One model per process. The engine is imported as the process starts, before the server says which model to load,
 so a process started ahead of need (a spare) pays only for mapping weights when a cold start comes. A reader
 thread takes frames off the socket, so a cancel arrives while the main thread is decoding; the main thread runs
-the engine (the batch scheduler for generation, the embedding engine for embeddings) one step at a time while
-there is work. The reader thread also answers the server's heartbeat (`ping`) with how many steps the main thread
-has completed, so the server can tell a stopped process (no answer) from a stuck engine (no progress).
+the engine (the batch scheduler for generation and token counts, the embedding engine for embeddings) one step
+at a time while there is work. The reader thread also answers the server's heartbeat (`ping`) with how many steps
+the main thread has completed, so the server can tell a stopped process (no answer) from a stuck engine (no
+progress).
 """
 
 import ctypes
@@ -37,8 +38,8 @@ from cirrus.runtime.scheduler import BatchScheduler
 
 log = logging.getLogger(__name__)
 SHUTDOWN: Frame = {"type": "shutdown"}
-REQUESTS = frozenset({"generate", "embed"})
-ENDINGS = frozenset({"finished", "failed", "embedded"})
+REQUESTS = frozenset({"generate", "embed", "count"})
+ENDINGS = frozenset({"finished", "failed", "embedded", "counted"})
 
 
 class Engine(Protocol):

@@ -1,4 +1,5 @@
-"""POST /v1/messages: Anthropic's Messages API on the chat core, whole or streamed with Anthropic's events.
+"""POST /v1/messages: Anthropic's Messages API on the chat core, whole or streamed with Anthropic's events; and
+POST /v1/messages/count_tokens, the prompt's size alone, as the model's worker renders and tokenizes it.
 
 A stream opens one content block per kind of output as it arrives (thinking, text, each tool call), closes it
 when the next kind starts, and ends with the stop reason and the usage in `message_delta`: the prompt's token
@@ -12,9 +13,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from cirrus.api.anthropic.schemas import MessagesRequest
+from cirrus.api.anthropic.schemas import CountTokensRequest, MessagesRequest, TokenCount
 from cirrus.api.errors import error_body
-from cirrus.api.inference import stream_chat, whole_chat
+from cirrus.api.inference import count_chat, stream_chat, whole_chat
 from cirrus.api.protocol import WireProtocol
 from cirrus.chat import ChatDelta, ChatEnd, ChatResult, ChatRun, ToolCall
 from cirrus.errors import CirrusError
@@ -147,10 +148,21 @@ async def create_message(body: MessagesRequest, request: Request) -> Any:
     return _message(run.model, content_blocks(result), stop_reason(result.finish_reason), result.usage)
 
 
+async def count_tokens(body: CountTokensRequest, request: Request) -> TokenCount:
+    """What a message with this body would report as its prompt: `input_tokens` plus `cache_read_input_tokens`."""
+    return TokenCount(input_tokens=await count_chat(request, body.chat_request()))
+
+
 router.add_api_route(
     "/v1/messages",
     create_message,
     methods=["POST"],
     summary="Create a message (Anthropic Messages)",
     responses={200: {"description": "the message, or text/event-stream when stream is true"}},
+)
+router.add_api_route(
+    "/v1/messages/count_tokens",
+    count_tokens,
+    methods=["POST"],
+    summary="Count a message's input tokens (Anthropic Messages)",
 )

@@ -8,9 +8,9 @@ turn's `tool_result` blocks become tool messages, ahead of the turn's text as An
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cirrus.chat import ChatRequest, chat_options
+from cirrus.chat import ChatOptions, ChatRequest, chat_options
 from cirrus.runtime.params import SamplingParams
 
 MAX_PROMPT_CHARS = 131072
@@ -51,9 +51,26 @@ ContentBlock = Annotated[
 ]
 
 
+BLOCK_TYPES = ("text", "tool_use", "tool_result", "thinking")
+
+
 class Message(BaseModel):
     role: Literal["user", "assistant"]
     content: str | list[ContentBlock] = Field(max_length=MAX_PROMPT_CHARS)
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _known_blocks(cls, value: Any) -> Any:
+        """One clear error for a block Cirrus's text models cannot take (an image, a document), rather than one
+        per member of the content's union."""
+        if isinstance(value, list):
+            for index, block in enumerate(value):
+                kind = block.get("type") if isinstance(block, dict) else None
+                if kind not in BLOCK_TYPES:
+                    raise ValueError(
+                        f"content[{index}] must be a block of type {', '.join(BLOCK_TYPES)}, not {kind!r}"
+                    )
+        return value
 
     def blocks(self) -> list[Any]:
         return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content
@@ -125,18 +142,14 @@ class OutputConfig(BaseModel):
         return {"type": "json_schema", "json_schema": {"name": "output", "schema": self.format.schema_}}
 
 
-class MessagesRequest(BaseModel):
+class CountTokensRequest(BaseModel):
+    """`/v1/messages/count_tokens`: what a Messages body says about the prompt (no max_tokens, no sampling)."""
+
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1)
-    max_tokens: int = Field(ge=1, le=131072, strict=True)
     messages: list[Message] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
-    stop_sequences: list[str] | None = Field(default=None, max_length=16)
-    temperature: float = Field(default=1.0, ge=0, le=1, strict=True)
-    top_p: float = Field(default=1.0, ge=0, le=1, strict=True)
-    top_k: int = Field(default=40, ge=1, le=50, strict=True)
-    stream: bool = Field(default=False, strict=True)
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
@@ -147,12 +160,35 @@ class MessagesRequest(BaseModel):
         turns = [turn for message in self.messages for turn in message.chat_messages()]
         return [{"role": "system", "content": system}, *turns] if system else turns
 
-    def chat_request(self) -> ChatRequest:
+    def options(self, stream: bool) -> ChatOptions:
         tools = [tool.openai() for tool in self.tools] if self.tools else None
         choice = self.tool_choice.openai() if self.tool_choice else None
         thinking = None if self.thinking is None else self.thinking.type != "disabled"
         json_format = self.output_config.response_format() if self.output_config else None
-        options = chat_options(tools, choice, json_format, thinking, self.stream)
+        return chat_options(tools, choice, json_format, thinking, stream)
+
+    def chat_request(self) -> ChatRequest:
+        return ChatRequest(self.model, self.chat_messages(), options=self.options(stream=False))
+
+
+class TokenCount(BaseModel):
+    """What count_tokens answers: the prompt's tokens, cache reads included."""
+
+    input_tokens: int
+
+
+class MessagesRequest(CountTokensRequest):
+    """`/v1/messages`: the prompt, with max_tokens and the sampling settings."""
+
+    max_tokens: int = Field(ge=1, le=131072, strict=True)
+    stop_sequences: list[str] | None = Field(default=None, max_length=16)
+    temperature: float = Field(default=1.0, ge=0, le=1, strict=True)
+    top_p: float = Field(default=1.0, ge=0, le=1, strict=True)
+    top_k: int = Field(default=40, ge=1, le=50, strict=True)
+    stream: bool = Field(default=False, strict=True)
+
+    def chat_request(self) -> ChatRequest:
+        options = self.options(self.stream)
         sampling = SamplingParams(
             max_tokens=self.max_tokens,
             temperature=self.temperature,

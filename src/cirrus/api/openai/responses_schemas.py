@@ -8,7 +8,7 @@ leave earlier reasoning out of the prompt anyway.
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from cirrus.chat import ChatRequest, chat_options
 from cirrus.runtime.params import SamplingParams
@@ -57,6 +57,9 @@ class ReasoningItem(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["reasoning"]
+
+
+ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 
 
 def _item_type(value: Any) -> str:
@@ -158,6 +161,19 @@ class ResponsesRequest(BaseModel):
     metadata: dict[str, str] | None = None
     parallel_tool_calls: bool = True
     user: str | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _known_items(cls, value: Any) -> Any:
+        """One clear error for an item Cirrus cannot take, rather than one per member of the input's union."""
+        if isinstance(value, list):
+            for index, item in enumerate(value):
+                kind = _item_type(item) if isinstance(item, dict) else None
+                if kind not in ITEM_TYPES:
+                    raise ValueError(
+                        f"input[{index}] must be an item of type {', '.join(ITEM_TYPES)}, not {kind!r}"
+                    )
+        return value
 
     def input_messages(self) -> list[dict[str, Any]]:
         """This request's own turns, without the instructions, which a later response does not inherit."""

@@ -34,8 +34,14 @@ def task_input(spec: ModelSpec, body: dict[str, Any]) -> TextGenerationInput | T
 
 
 def chat_request(spec: ModelSpec, body: TextGenerationInput) -> ChatRequest:
+    """Workers AI documents JSON mode as not streamed; the other protocols stream it."""
+    options = body.chat_options()
+    if options.json_format is not None and options.stream:
+        raise InvalidInput(
+            "JSON mode (response_format) cannot be streamed: send stream false", param="stream"
+        )
     messages = body.chat_messages()
-    return body.chat_request(spec.id, messages, body.chat_options(), prompt=body.prompt, raw=body.raw)
+    return body.chat_request(spec.id, messages, options, prompt=body.prompt, raw=body.raw)
 
 
 def _check_task(spec: ModelSpec, body: dict[str, Any]) -> None:
