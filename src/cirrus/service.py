@@ -4,7 +4,7 @@ early)."""
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 # worker confirms or is killed after its cancel grace.
 SETTLE_WAIT_S = 0.5
 WHAT_TASKS_DO = {"text-generation": "generate text", "text-embeddings": "embed text"}
+
+
+ColdStartHook = Callable[[dict[str, float]], None]  # a cold start's phases, as `Generation.cold_start_phases`
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,9 @@ class Backend(Protocol):
 
     async def embed(self, request: EmbeddingRequest, progress: Progress | None = None) -> EmbeddingResult: ...
 
-    async def count_tokens(self, request: InferenceRequest) -> int: ...
+    async def count_tokens(
+        self, request: InferenceRequest, on_cold_start: ColdStartHook | None = None
+    ) -> int: ...
 
 
 class InferenceService:
@@ -287,11 +292,14 @@ class InferenceService:
             return EmbeddingResult(embeddings.vectors, usage, lease.cold_start, lease.queue_s)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def count_tokens(self, request: InferenceRequest) -> int:
+    async def count_tokens(
+        self, request: InferenceRequest, on_cold_start: ColdStartHook | None = None
+    ) -> int:
         """The prompt tokens a generation of `request.inputs` would report, rendered and tokenized by a worker of
         the model; nothing is generated. It leases a slot as a generation does (a cold start if no instance is
-        loaded), releases it at once with the request's keep-alive, and is tried again on another instance,
-        once, if the worker was found dead when the request was sent."""
+        loaded, reported to `on_cold_start` with its phases, as a generation's is to the metrics), releases it at
+        once with the request's keep-alive, and is tried again on another instance, once, if the worker was found
+        dead when the request was sent."""
         spec = self.catalog.require_installed(request.model)
         require_task(spec, "text-generation")
         loop = asyncio.get_running_loop()
@@ -299,6 +307,8 @@ class InferenceService:
         progress = Progress()
         for attempt in (1, 2):
             lease = await self.pool.acquire(spec, deadline)
+            if lease.cold_start and on_cold_start is not None:
+                on_cold_start(lease.instance.status().cold_start_phases)
             try:
                 return await _count_on(lease, request, deadline, progress)
             except WorkerCrashed:

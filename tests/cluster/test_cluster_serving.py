@@ -65,6 +65,16 @@ def test_the_second_request_lands_where_the_model_is_warm(cluster: ClusterUnderT
     assert [i["node"] for i in instances(cluster, SMOLLM)] == [first]
 
 
+def test_a_token_count_runs_on_a_node_and_matches_what_a_generation_reads(cluster: ClusterUnderTest) -> None:
+    body = {"model": SMOLLM, "messages": [{"role": "user", "content": "Count these words, please."}]}
+    counted = httpx.post(f"{cluster.gateway.url}/v1/messages/count_tokens", json=body, timeout=120)
+    assert counted.status_code == 200, counted.text
+    created = httpx.post(f"{cluster.gateway.url}/v1/messages", json={**body, "max_tokens": 2}, timeout=120)
+    assert created.status_code == 200, created.text
+    usage = created.json()["usage"]
+    assert counted.json()["input_tokens"] == usage["input_tokens"] + usage["cache_read_input_tokens"]
+
+
 def test_a_model_cached_only_on_node_b_cold_starts_on_node_b(cluster: ClusterUnderTest) -> None:
     assert served_by(chat(cluster.gateway.url, ON_B)) == cluster.node_id("b")
 

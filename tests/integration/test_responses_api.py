@@ -133,6 +133,11 @@ def test_another_accounts_response_is_not_found(gateway_sqlite: Gateway) -> None
     assert client(url, ids.run).responses.retrieve(mine.id).id == mine.id
     with pytest.raises(openai.NotFoundError):
         client(url, ids.other).responses.retrieve(mine.id)
+    with pytest.raises(openai.NotFoundError):  # same account, but a token for @cf/google/* models only
+        client(url, ids.narrow).responses.retrieve(mine.id)
+    with pytest.raises(openai.PermissionDeniedError):  # same account, a token that may not run models
+        client(url, ids.usage_only).responses.delete(mine.id)
+    assert client(url, ids.run).responses.retrieve(mine.id).id == mine.id
     with pytest.raises(openai.NotFoundError):
         client(url, ids.other).responses.create(
             model=SMOLLM, input="Hi", previous_response_id=mine.id, max_output_tokens=4

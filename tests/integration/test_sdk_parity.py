@@ -6,15 +6,20 @@ step and greedy or seeded answers repeat bit for bit (docs/design-notes.md: the 
 cache's layout)."""
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cirrus.families.registry import family
 from cirrus.sdk import Ai, AiError
+from cirrus.testing.scripted import write_scripted
+from cirrus.testing.scripts import ANSWER, GLM47_ANSWER, REASONING
 from tests.integration.conftest import GEMMA, SMOLLM
 from tests.integration.server import running_server
 
 MINILM = "@cf/sentence-transformers/all-minilm-l6-v2"
+GLM = "@cf/test/glm-4.7-flash-scripted"
 WEATHER = {
     "name": "get_weather",
     "description": "The weather in a city",
@@ -110,3 +115,32 @@ def test_the_table_exercises_answers_errors_streams_and_tool_calls(
     assert by_name["tools"]["tool_calls"][0]["name"] == "get_weather"
     assert by_name["stream"][-1]["usage"]["completion_tokens"] > 0
     assert by_name["not installed"][:2] == ("error", 5007)
+
+
+def test_reasoning_answers_the_same_in_process_and_over_http(tmp_path: Path) -> None:
+    """A scripted GLM-4.7 checkpoint (greedy decoding writes reasoning, then the answer): the thinking switch and
+    the reasoning field, whole and streamed, on both sides."""
+    path = write_scripted(
+        "deepseek2-glm", tmp_path / "glm47.gguf", template=family("glm47").template(), script=GLM47_ANSWER
+    )
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(f'[[models]]\nid = "{GLM}"\nartifact = {{ path = "{path}" }}\ncontext_window = 512\n')
+    ask = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "temperature": 0}
+    bodies: list[dict[str, Any]] = [
+        {**ask, "max_tokens": 64},
+        {**ask, "max_tokens": 64, "stream": True},
+        {**ask, "max_tokens": 64, "chat_template_kwargs": {"enable_thinking": False}},
+    ]
+    (tmp_path / "server").mkdir()
+    with (
+        running_server(tmp_path / "server", "--catalog", str(catalog)) as server,
+        Ai.remote(server.url) as remote,
+    ):
+        over_http = [outcome(remote, GLM, body) for body in bodies]
+    with Ai.local(catalog, threads=2, state_dir=tmp_path / "local") as local:
+        in_process = [outcome(local, GLM, body) for body in bodies]
+    assert in_process == over_http
+    whole, streamed, thinking_off = over_http
+    assert (whole["reasoning"], whole["response"]) == (REASONING, ANSWER)
+    assert "".join(event.get("reasoning", "") for event in streamed) == REASONING
+    assert thinking_off["response"] == ANSWER and "reasoning" not in thinking_off

@@ -27,6 +27,7 @@ from cirrus.placement.view import Placement, PlacementRequest
 from cirrus.runtime.params import Usage
 from cirrus.runtime.progress import Progress
 from cirrus.service import (
+    ColdStartHook,
     EmbeddingRequest,
     EmbeddingResult,
     InferenceRequest,
@@ -85,9 +86,12 @@ class ClusterService:
         )
         return _embedded(*outcome, progress or Progress())
 
-    async def count_tokens(self, request: InferenceRequest) -> int:
+    async def count_tokens(
+        self, request: InferenceRequest, on_cold_start: ColdStartHook | None = None
+    ) -> int:
         """The prompt's tokens, counted by a worker of the model on the node the placer chooses (as for a
-        generation, so a warm instance is preferred); nothing is generated."""
+        generation, so a warm instance is preferred); nothing is generated. A cold start on the node is not
+        reported back (`on_cold_start` is not called): the agent answers the count alone."""
         spec = self._installed_spec(request.model, "text-generation")
         unbounded = replace(request, deadline=None)
         outcome: tuple[int | None, CirrusError | None] = await self._on_a_node(

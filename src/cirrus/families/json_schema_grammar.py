@@ -12,18 +12,32 @@ from cirrus.families.errors import FamilyInputError
 from cirrus.families.toolcalls import tool_specs
 
 # llama.cpp's json.gbnf, bounded: whitespace is one space or a newline and an indent of at most 16 spaces (no
-# tabs, no runs of blank lines), fractions and exponents have at most 16 and 3 digits, escapes include `\/`.
-# Strings, arrays and objects stay unbounded: the worker closes them as the token budget runs out
-# (`cirrus.runtime.json_closing`).
-JSON_OBJECT_GBNF = r"""
-root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null") ws
-object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array  ::= "[" ws ( value ("," ws value)* )? "]" ws
+# tabs, no runs of blank lines), fractions and exponents have at most 16 and 3 digits, escapes include `\/`, and
+# objects and arrays nest at most JSON_DEPTH deep (the values of level n open level n + 1): the worker follows the
+# answer through this grammar, at a cost that grows with the nesting. Strings and the members of objects and arrays
+# stay unbounded: the worker closes them as the token budget runs out (`cirrus.runtime.json_closing`).
+JSON_DEPTH = 64
+JSON_SCALARS = r"""
+scalar ::= string | number | ("true" | "false" | "null") ws
 string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
 number ::= "-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? ws
 ws     ::= | " " | "\n" " "{0,16}
 """
+
+
+def _json_level(level: int) -> str:
+    """The rules of one level: `object`, `value` at the root's (an array cannot be the root), then `object2`,
+    `array2`, `value2` and so on."""
+    name = "" if level == 1 else str(level)
+    deeper = "scalar" if level == JSON_DEPTH else f"object{level + 1} | array{level + 1} | scalar"
+    array = f'array{name} ::= "[" ws ( value{name} ("," ws value{name})* )? "]" ws\n' if level > 1 else ""
+    return (
+        f'object{name} ::= "{{" ws ( string ":" ws value{name} ("," ws string ":" ws value{name})* )? "}}" ws\n'
+        f"{array}value{name} ::= {deeper}\n"
+    )
+
+
+JSON_OBJECT_GBNF = "root   ::= object\n" + "".join(map(_json_level, range(1, JSON_DEPTH + 1))) + JSON_SCALARS
 
 # What the schema converter writes, and what replaces it: one optional space (whatever the converter's version
 # would allow), and no control characters inside strings (JSON forbids them; the converter's `char` allows them).

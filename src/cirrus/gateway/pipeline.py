@@ -168,7 +168,9 @@ class Pipeline:
                 raise
         deadline = request.deadline if request.deadline is not None else call.deadline
         counted = dataclasses.replace(request, model=spec.id, inputs=inputs, deadline=deadline)
-        return await self.parts.service.count_tokens(counted)
+        return await self.parts.service.count_tokens(
+            counted, lambda phases: self.parts.metrics.observe_cold_start(spec.id, phases)
+        )
 
     def _embedding_ended(
         self, call: Call, spec: ModelSpec, progress: Progress, status: int, code: int | None

@@ -9,8 +9,9 @@ Rules are flattened as llama.cpp keeps them: each alternative is a run of elemen
 an index into that run; a stack is a tuple of positions whose last is the terminal to match next.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 Stack = tuple[int, ...]
 MAX_REPETITION = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD: a larger bound means "no bound"
@@ -58,6 +59,45 @@ WHITESPACE = frozenset(map(ord, " \t\n\r"))
 Element = CharSet | int | None  # a terminal, a rule reference, or the end of an alternative
 
 
+# What one memo may hold, in machine words (a stack of n positions: n + TUPLE_WORDS). Keys grow with the
+# nesting of the text, so a bound on entries alone bounds nothing: 2**18 words is about 4 MB in CPython.
+MEMO_WORDS = 1 << 18
+TUPLE_WORDS = 8  # a tuple's header, its entry in the memo's table, and its share of the key
+
+Key = TypeVar("Key")
+Value = TypeVar("Value")
+
+
+class BoundedMemo(Generic[Key, Value]):
+    """A memo that starts over once what it holds passes `budget` words (a deep text, or a schema with many
+    distinct paths, would otherwise grow it without end in a worker that lives for days)."""
+
+    def __init__(self, size: Callable[[Key, Value], int], budget: int = MEMO_WORDS) -> None:
+        self._size = size
+        self._budget = budget
+        self._entries: dict[Key, Value] = {}
+        self.words = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Key) -> Value | None:
+        return self._entries.get(key)
+
+    def put(self, key: Key, value: Value) -> Value:
+        size = self._size(key, value)
+        if self.words + size > self._budget:
+            self._entries.clear()
+            self.words = 0
+        self._entries[key] = value
+        self.words += size
+        return value
+
+
+def stack_words(stacks: tuple[Stack, ...]) -> int:
+    return sum(len(stack) for stack in stacks) + TUPLE_WORDS * (len(stacks) + 1)
+
+
 class Grammar:
     """Rules in llama.cpp's flat form. Expanding and accepting are pure, so their results are memoised: the
     same few stacks recur at every character of a string or a number."""
@@ -68,8 +108,12 @@ class Grammar:
         self.elements = elements
         self.alternatives = alternatives  # per rule, where each alternative starts in `elements`
         self.root = root
-        self._expanded: dict[Stack, tuple[Stack, ...]] = {}
-        self._accepted: dict[tuple[tuple[Stack, ...], int], tuple[Stack, ...]] = {}
+        self._expanded = BoundedMemo[Stack, tuple[Stack, ...]](
+            lambda stack, stacks: stack_words((stack,)) + stack_words(stacks)
+        )
+        self._accepted = BoundedMemo[tuple[tuple[Stack, ...], int], tuple[Stack, ...]](
+            lambda key, stacks: stack_words(key[0]) + stack_words(stacks)
+        )
 
     def start(self) -> tuple[Stack, ...]:
         stacks: dict[Stack, None] = {}
@@ -80,16 +124,12 @@ class Grammar:
     def expand(self, stack: Stack) -> tuple[Stack, ...]:
         """Every way to reach a terminal (or the end) from `stack`: llama_grammar_advance_stack."""
         known = self._expanded.get(stack)
-        if known is None:
-            known = _bounded_put(self._expanded, stack, self._expand(stack))
-        return known
+        return self._expanded.put(stack, self._expand(stack)) if known is None else known
 
     def accept(self, stacks: tuple[Stack, ...], code: int) -> tuple[Stack, ...]:
         """The stacks after one code point: llama_grammar_accept."""
         known = self._accepted.get((stacks, code))
-        if known is None:
-            known = _bounded_put(self._accepted, (stacks, code), self._accept(stacks, code))
-        return known
+        return self._accepted.put((stacks, code), self._accept(stacks, code)) if known is None else known
 
     def _expand(self, stack: Stack) -> tuple[Stack, ...]:
         elements, done, todo, seen = self.elements, dict[Stack, None](), [stack], set[Stack]()
@@ -119,19 +159,6 @@ class Grammar:
                 rest = stack[:-1] if self.elements[position + 1] is None else (*stack[:-1], position + 1)
                 after.update(dict.fromkeys(self.expand(rest)))
         return tuple(after)
-
-
-MEMO_ENTRIES = 8192
-
-Key = TypeVar("Key")
-Value = TypeVar("Value")
-
-
-def _bounded_put(memo: dict[Key, Value], key: Key, value: Value) -> Value:
-    if len(memo) >= MEMO_ENTRIES:
-        memo.clear()  # a schema with many distinct paths: start over rather than grow without end
-    memo[key] = value
-    return value
 
 
 def parse_grammar(text: str, root: str = "root") -> Grammar:
@@ -388,6 +415,11 @@ class GrammarState:
     def complete(self) -> bool:
         """The grammar would accept the end of generation here."""
         return () in self.stacks
+
+    @property
+    def depth(self) -> int:
+        """The longest stack: how much the text has left open (about two positions per JSON object or array)."""
+        return max(map(len, self.stacks), default=0)
 
     def only_whitespace_follows(self) -> bool:
         """Complete, and anything more could only be whitespace."""

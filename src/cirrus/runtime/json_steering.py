@@ -1,26 +1,31 @@
 """JSON mode within `max_tokens`: one sequence's answer tracked through its grammar and closed in time.
 
-Each step the scheduler asks `choose` for the sequence's next token, with the tokens it has left. While the
-budget is comfortable the sampler picks freely (the grammar still constrains it). Near the end each proposed
+Each step the scheduler asks `choose` for the sequence's next token, with the tokens it has left. Each proposed
 token is checked before the sampler is told of it: taken if the closing it leaves still fits, else the first
 token of the current closing is written instead; and once the closing fills the budget it is written token by
 token. Forced tokens go through the sampler's grammar and penalties like sampled ones, so its state stays the
 text's. Invariant: the closing never needs more tokens than are left, so the answer ends as valid JSON whenever
 the shortest valid answer fit at the start.
+
+Checking is arithmetic while the budget is comfortable: a bound on the closing (the longest any stack needs, in
+bytes, so in tokens) grows by the grammar's `growth` per byte taken, and the closing itself is computed only when
+that bound comes near the tokens left. Computed closings cost time with the nesting, so a text nested deeper than
+MAX_DEPTH is no longer steered.
 """
 
 import logging
 from typing import Protocol, TypeVar
 
-from cirrus.runtime.gbnf import GrammarState
+from cirrus.runtime.gbnf import TUPLE_WORDS, BoundedMemo, GrammarState
 from cirrus.runtime.json_closing import Closing
 
 log = logging.getLogger(__name__)
 
-# Tokens of slack above the closing's own length under which each token is checked before it is taken. Above
-# it the sampler's single native call picks alone: no one token opens this much structure.
-CHECK_MARGIN = 32
-CACHE_ENTRIES = 4096
+# The longest grammar stack followed, in positions (JSON mode's grammar takes about two per open object or array
+# and nests at most 64 deep). A schema's free-form values may nest deeper: the answer then runs unsteered.
+MAX_DEPTH = 256
+# A character cut by a token closes with up to three continuation bytes where `Closing.longest` counts one.
+CUT_CHARACTER = 2
 
 
 class TokenSampler(Protocol):
@@ -56,15 +61,18 @@ class ClosingTokens:
 
     def __init__(self, engine: Vocabulary) -> None:
         self._engine = engine
-        self._known: dict[bytes, tuple[int, ...] | None] = {}
+        self._known = BoundedMemo[bytes, tuple[int, ...]](_spelling_words)
         self._bytes: dict[int, int] | None = None  # single-byte tokens, found when first needed
 
     def of(self, text: bytes) -> tuple[int, ...] | None:
-        if text not in self._known:
-            if len(self._known) >= CACHE_ENTRIES:
-                self._known.clear()
-            self._known[text] = self._spelled(text)
-        return self._known[text]
+        """`text` as tokens, or None where the vocabulary cannot spell it exactly. Every token spells a byte or
+        more, so there are never more tokens than bytes."""
+        known = self._known.get(text)
+        if known is None:
+            known = self._spelled(text)
+            if known is not None:
+                self._known.put(text, known)
+        return known
 
     def _spelled(self, text: bytes) -> tuple[int, ...] | None:
         lead = len(text) - len(text.lstrip(bytes(range(0x80, 0xC0))))  # the end of an unfinished character
@@ -103,8 +111,9 @@ class JsonSteering:
         self._closing = closing
         self._tokens = tokens
         self._state = GrammarState.initial(closing.grammar)
+        self._bound: int | None = None  # the most tokens the state's closing may need; None: not known
         self._writing: tuple[int, ...] | None = None  # the rest of a closing being forced
-        self._lost = False  # the text left the grammar as read here: sample as if unsteered
+        self._lost = False  # the text left the grammar as read here, or nests too deep: sample unsteered
         self.forced = False
 
     @property
@@ -117,39 +126,38 @@ class JsonSteering:
         return "length" if self.forced else "stop"
 
     def choose(self, engine: Engine[SamplerT], sampler: SamplerT, index: int, remaining: int) -> int:
-        closing = None if self._lost else self._closing_now()
-        if closing is None:
+        if self._lost:
             return self._sampled(engine, sampler, index)
-        if len(closing) >= remaining:
-            return self._force(engine, sampler, index, closing)
-        if remaining - len(closing) > CHECK_MARGIN:
-            return self._sampled(engine, sampler, index)
-        return self._checked(engine, sampler, index, remaining, closing)
+        if not _fits(self._bound, remaining):
+            closing = self._closing_now()
+            if closing is None:
+                return self._sampled(engine, sampler, index)
+            if len(closing) >= remaining:
+                return self._force(engine, sampler, index, closing)
+        return self._checked(engine, sampler, index, remaining)
 
     def _sampled(self, engine: Engine[SamplerT], sampler: SamplerT, index: int) -> int:
         token = engine.sample(sampler, index)
-        if not engine.is_end(token):
-            self._move(self._state.feed(engine.piece(token)))
+        if not self._lost and not engine.is_end(token):
+            piece = engine.piece(token)
+            self._move(self._state.feed(piece), self._grown(piece))
         return token
 
-    def _checked(
-        self,
-        engine: Engine[SamplerT],
-        sampler: SamplerT,
-        index: int,
-        remaining: int,
-        closing: tuple[int, ...],
-    ) -> int:
+    def _checked(self, engine: Engine[SamplerT], sampler: SamplerT, index: int, remaining: int) -> int:
         token = engine.propose(sampler, index)
         if engine.is_end(token):
             return token  # the grammar allowed the end: the answer is whole
-        after = self._state.feed(engine.piece(token))
-        left = self._cost(after)
-        if (left is not None and left < remaining) or not closing:  # nothing to close: the answer is whole
-            sampler.accept(token)
-            self._move(after)
-            return token
-        return self._force(engine, sampler, index, closing)
+        piece = engine.piece(token)
+        after, bound = self._state.feed(piece), self._grown(piece)
+        if not _fits(bound, remaining):
+            left, bound = self._measure(after)
+            if left is None or len(left) >= remaining:
+                closing = self._closing_now()
+                if closing:  # else nothing to close (the answer is whole) or no closing to write: take it
+                    return self._force(engine, sampler, index, closing)
+        sampler.accept(token)
+        self._move(after, bound)
+        return token
 
     def _force(
         self, engine: Engine[SamplerT], sampler: SamplerT, index: int, closing: tuple[int, ...]
@@ -162,25 +170,44 @@ class JsonSteering:
             self._lost = True
             return self._sampled(engine, sampler, index)
         sampler.accept(token)
-        self._move(self._state.feed(engine.piece(token)))
+        piece = engine.piece(token)
+        self._move(self._state.feed(piece), self._grown(piece))
         self._writing, self.forced = closing[1:], True
         return token
 
-    def _move(self, state: GrammarState) -> None:
-        self._state, self._writing = state, None
+    def _move(self, state: GrammarState, bound: int | None) -> None:
+        self._state, self._bound, self._writing = state, bound, None
         if state.dead:
             log.warning("JSON mode's answer left its grammar as read here; closing abandoned")
             self._lost = True
+        elif state.depth > MAX_DEPTH:
+            log.warning("JSON mode's answer nests deeper than steering follows; closing abandoned")
+            self._lost = True
+
+    def _grown(self, piece: bytes) -> int | None:
+        """The bound after `piece`: each of its characters (one byte at least) may add `growth`."""
+        growth = self._closing.growth
+        return None if self._bound is None or growth is None else self._bound + growth * len(piece)
 
     def _closing_now(self) -> tuple[int, ...] | None:
-        text = self._closing.of(self._state)
-        fresh = None if text is None else self._tokens.of(text)
+        fresh, self._bound = self._measure(self._state)
         writing = self._writing
         if writing is not None and (fresh is None or len(writing) <= len(fresh)):
             return writing
         return fresh
 
-    def _cost(self, state: GrammarState) -> int | None:
+    def _measure(self, state: GrammarState) -> tuple[tuple[int, ...] | None, int | None]:
+        """The closing of `state` as tokens, and the bound on it for what follows."""
         text = self._closing.of(state)
         tokens = None if text is None else self._tokens.of(text)
-        return None if tokens is None else len(tokens)
+        longest = self._closing.longest(state)
+        return tokens, None if longest is None else longest + CUT_CHARACTER
+
+
+def _fits(bound: int | None, remaining: int) -> bool:
+    """Whether a closing of at most `bound` tokens leaves room for the token being chosen."""
+    return bound is not None and bound < remaining
+
+
+def _spelling_words(text: bytes, tokens: tuple[int, ...]) -> int:
+    return len(text) // 8 + len(tokens) + 2 * TUPLE_WORDS

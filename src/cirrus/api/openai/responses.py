@@ -7,6 +7,7 @@ sends its deltas, and closes it when the next begins, then ends with `response.c
 `response.incomplete` when `max_output_tokens` cut the answer short, as OpenAI's own server does.
 """
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -16,17 +17,19 @@ from fastapi import APIRouter, Request
 
 from cirrus.api.context import platform_of, principal_of
 from cirrus.api.errors import error_body
-from cirrus.api.inference import stream_chat, whole_chat
+from cirrus.api.inference import resolve_model, stream_chat, whole_chat
 from cirrus.api.openai.responses_schemas import ResponsesRequest
 from cirrus.api.path_parameters import account_parameter
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import sse_data
+from cirrus.auth import Permission
 from cirrus.chat import ChatDelta, ChatEnd, ChatResult, ChatRun, ToolCall
-from cirrus.errors import CirrusError, NotFound
+from cirrus.errors import CirrusError, Forbidden, NotFound
 from cirrus.responses import StoredResponse, StoredResponses
 from cirrus.runtime.params import Usage
 
 router = APIRouter(tags=["OpenAI"])
+log = logging.getLogger(__name__)
 
 
 def new_id(prefix: str) -> str:
@@ -120,7 +123,12 @@ class ResponseShape:
         }
 
     def finished(self, output: list[dict[str, Any]], end: ChatEnd) -> dict[str, Any]:
+        """The whole response; cut by max_output_tokens, it and its message are `incomplete`, as OpenAI says."""
         incomplete = end.finish_reason == "length"
+        if incomplete:
+            output = [
+                {**item, "status": "incomplete"} if item["type"] == "message" else item for item in output
+            ]
         return {
             **self.skeleton,
             "status": "incomplete" if incomplete else "completed",
@@ -236,14 +244,7 @@ def stored_responses(request: Request) -> StoredResponses:
 async def _history(request: Request, body: ResponsesRequest) -> list[dict[str, Any]]:
     if body.previous_response_id is None:
         return []
-    account = principal_of(request).account_id
-    previous = await stored_responses(request).get(account, body.previous_response_id)
-    if previous is None:
-        raise NotFound(
-            f"Previous response with id '{body.previous_response_id}' not found.",
-            param="previous_response_id",
-        )
-    return previous.conversation
+    return (await _stored(request, body.previous_response_id, "previous_response_id")).conversation
 
 
 async def _store(
@@ -252,12 +253,19 @@ async def _store(
     history: list[dict[str, Any]],
     response: dict[str, Any],
     answer: dict[str, Any],
-) -> None:
+) -> dict[str, Any]:
+    """The response as answered: a store that fails (the database is down) does not cost the client an answer
+    already generated and billed; the response then says `store: false`, and the failure is logged."""
     if not body.store:
-        return
+        return response
     conversation = [*history, *body.input_messages(), answer]
     stored = StoredResponse(response["id"], principal_of(request).account_id, response, conversation)
-    await stored_responses(request).put(stored)
+    try:
+        await stored_responses(request).put(stored)
+    except Exception:
+        log.exception("could not store response %s", response["id"])
+        return {**response, "store": False}
+    return response
 
 
 def _answer_turn(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -290,15 +298,19 @@ async def _stream(
     yield numbered({"type": "response.created", "response": shape.skeleton})
     yield numbered({"type": "response.in_progress", "response": shape.skeleton})
     try:
+        end = None
         async for event in run:
-            if isinstance(event, ChatDelta):
-                for data in output.delta(event):
-                    yield numbered(data)
-                continue
-            for data in output.close():
+            if isinstance(event, ChatEnd):
+                end = event
+                break
+            for data in output.delta(event):
                 yield numbered(data)
-            response = shape.finished(output.items, event)
-            await _store(request, body, history, response, _answer_turn(output.items))
+        await run.aclose()  # the slot goes back before the store's write
+        for data in output.close():
+            yield numbered(data)
+        if end is not None:
+            response = shape.finished(output.items, end)
+            response = await _store(request, body, history, response, _answer_turn(output.items))
             yield numbered({"type": f"response.{response['status']}", "response": response})
     except CirrusError as error:
         failure = error_body(error, WireProtocol.OPENAI)["error"]
@@ -313,6 +325,9 @@ async def _stream(
 
 
 async def create_response(body: ResponsesRequest, request: Request) -> Any:
+    resolve_model(
+        request, body.model, body.stream
+    )  # scope first: a stored conversation is read only for a run
     history = await _history(request, body)
     chat = body.chat_request(history)
     if body.stream:
@@ -321,14 +336,19 @@ async def create_response(body: ResponsesRequest, request: Request) -> Any:
     items = output_items(result)
     end = ChatEnd(result.finish_reason, result.usage, result.reasoning_tokens)
     response = ResponseShape(body, run.model).finished(items, end)
-    await _store(request, body, history, response, _answer_turn(items))
-    return response
+    return await _store(request, body, history, response, _answer_turn(items))
 
 
-async def _stored(request: Request, response_id: str) -> StoredResponse:
-    stored = await stored_responses(request).get(principal_of(request).account_id, response_id)
-    if stored is None:
-        raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+async def _stored(request: Request, response_id: str, param: str = "response_id") -> StoredResponse:
+    """A stored response of the caller's account that the token may run: without the run permission, or for a
+    model outside the token's scope, it is as absent as another account's."""
+    principal = principal_of(request)
+    if not principal.can(Permission.RUN):
+        raise Forbidden("Authentication error: this token lacks the run permission")
+    stored = await stored_responses(request).get(principal.account_id, response_id)
+    if stored is None or not principal.may_use(str(stored.body.get("model", ""))):
+        what = "Previous response" if param == "previous_response_id" else "Response"
+        raise NotFound(f"{what} with id '{response_id}' not found.", param=param)
     return stored
 
 
@@ -337,6 +357,7 @@ async def get_response(response_id: str, request: Request) -> Any:
 
 
 async def delete_response(response_id: str, request: Request) -> Any:
+    await _stored(request, response_id)
     if not await stored_responses(request).delete(principal_of(request).account_id, response_id):
         raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
     return {"id": response_id, "object": "response", "deleted": True}
