@@ -1,7 +1,6 @@
 """What every generating route does once it has translated its body: resolve the model through the gateway,
 then stream the answer's events, or wait for the whole answer while watching for the client to leave."""
 
-import dataclasses
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import Request
@@ -35,9 +34,16 @@ def resolve_model(request: Request, model: str, stream: bool) -> ModelSpec:
 
 
 def inference_request(
-    request: Request, model: str, inputs: GenerationInput, keep_alive_s: float | None
+    request: Request,
+    model: str,
+    inputs: GenerationInput,
+    keep_alive_s: float | None,
+    reject_if_busy: bool = False,
 ) -> InferenceRequest:
-    return InferenceRequest(request_id_of(request), model, inputs, keep_alive_s, affinity_of(request))
+    affinity = affinity_of(request)
+    return InferenceRequest(
+        request_id_of(request), model, inputs, keep_alive_s, affinity, reject_if_busy=reject_if_busy
+    )
 
 
 async def _answer(request: Request, inference: InferenceRequest, stream: bool) -> Answer:
@@ -58,8 +64,9 @@ class GatewayChatEngine:
         return resolve_model(self._request, model, self._stream)
 
     async def run(self, model: str, inputs: GenerationInput, request: ChatRequest) -> Answer:
-        inference = inference_request(self._request, model, inputs, request.keep_alive_s)
-        inference = dataclasses.replace(inference, reject_if_busy=request.reject_if_busy)
+        inference = inference_request(
+            self._request, model, inputs, request.keep_alive_s, request.reject_if_busy
+        )
         return await _answer(self._request, inference, self._stream)
 
     async def count(self, model: str, inputs: GenerationInput) -> int:

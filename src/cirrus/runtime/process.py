@@ -328,17 +328,7 @@ class WorkerProcess:
         progress: Progress | None = None,
     ) -> Embeddings:
         """One request's embeddings. Leaving early (cancel, deadline) cancels it in the worker if not started."""
-        stream = self._open_stream(request_id, deadline, progress)
-        try:
-            await self._send_request(
-                stream, {"type": "embed", "id": stream.wire_id, "input": inputs.to_frame()}, deadline
-            )
-            item = await stream.queue.get()
-            while not isinstance(item, CirrusError) and item["type"] == "started":  # progress, for billing
-                item = await stream.queue.get()
-            return _embeddings(item)
-        finally:
-            self._close_stream(stream)
+        return _embeddings(await self._one_answer("embed", request_id, inputs.to_frame(), deadline, progress))
 
     async def count(
         self,
@@ -349,12 +339,26 @@ class WorkerProcess:
     ) -> int:
         """The prompt tokens a generation of `inputs` would feed the engine, rendered and tokenized as it would be
         (runtime/counting.py); nothing is generated. Leaving early (cancel, deadline) cancels it in the worker."""
+        return _counted(await self._one_answer("count", request_id, inputs.to_frame(), deadline, progress))
+
+    async def _one_answer(
+        self,
+        kind: str,
+        request_id: str,
+        frame_input: Frame,
+        deadline: float | None,
+        progress: Progress | None,
+    ) -> Frame | CirrusError:
+        """Send one request frame and wait for its single answer, past `started` frames (progress, for billing)."""
         stream = self._open_stream(request_id, deadline, progress)
         try:
             await self._send_request(
-                stream, {"type": "count", "id": stream.wire_id, "input": inputs.to_frame()}, deadline
+                stream, {"type": kind, "id": stream.wire_id, "input": frame_input}, deadline
             )
-            return _counted(await stream.queue.get())
+            item = await stream.queue.get()
+            while not isinstance(item, CirrusError) and item["type"] == "started":
+                item = await stream.queue.get()
+            return item
         finally:
             self._close_stream(stream)
 

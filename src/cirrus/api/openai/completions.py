@@ -13,7 +13,7 @@ from cirrus.api.path_parameters import account_parameter
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
-from cirrus.chat import ChatDelta, ChatRun, chat_options
+from cirrus.chat import ChatDelta, ChatOptions, ChatRun
 from cirrus.errors import CirrusError
 
 router = APIRouter(tags=["OpenAI"])
@@ -50,8 +50,7 @@ async def _stream(run: ChatRun, usage: bool) -> AsyncIterator[bytes]:
 
 
 async def completions(body: CompletionRequest, request: Request) -> Any:
-    options = chat_options(None, None, None, None, body.stream)
-    chat = body.chat_request(body.model, None, options, prompt=body.prompt, raw=True)
+    chat = body.chat_request(body.model, None, ChatOptions(stream=body.stream), prompt=body.prompt, raw=True)
     if body.stream:
         return await stream_chat(request, chat, partial(_stream, usage=body.include_usage))
     run, result = await whole_chat(request, chat)
