@@ -48,6 +48,7 @@ class Completion:
     usage: Usage
     cold_start: bool
     queue_s: float
+    stop_sequence: str | None = None  # the stop string that ended the answer, if one did
 
 
 async def collect(events: AsyncIterable[GenerationEvent], cold_start: bool, queue_s: float) -> Completion:
@@ -57,7 +58,10 @@ async def collect(events: AsyncIterable[GenerationEvent], cold_start: bool, queu
         if isinstance(event, TextDelta):
             parts.append(event.text)
         else:
-            return Completion("".join(parts), event.finish_reason, event.usage, cold_start, queue_s)
+            text = "".join(parts)
+            return Completion(
+                text, event.finish_reason, event.usage, cold_start, queue_s, event.stop_sequence
+            )
     raise RuntimeError("generation ended without a finish event")
 
 

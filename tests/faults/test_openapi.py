@@ -61,7 +61,12 @@ def test_every_path_parameter_is_declared_on_every_operation(description: dict[s
                 undeclared.append(f"{method.upper()} {path}: {sorted(in_path - declared)}")
     assert not undeclared
     assert any(path.startswith("/client/v4/accounts/{account_id}/") for path in description["paths"])
-    assert {"/v1/responses", "/v1/responses/{response_id}", "/v1/messages"} <= set(description["paths"])
+    assert {
+        "/v1/responses",
+        "/v1/responses/{response_id}",
+        "/v1/responses/{response_id}/input_items",
+        "/v1/messages",
+    } <= set(description["paths"])
 
 
 def map_path_parameters(context: HookContext, path_parameters: dict[str, Any]) -> dict[str, Any]:

@@ -191,3 +191,21 @@ def test_a_native_tool_call_comes_back_as_a_tool_use_block(scripted: Server) -> 
     [call] = [b for b in message.content if b.type == "tool_use"]
     assert (call.name, call.input) == WEATHER_CALL
     assert json.dumps(call.input)
+
+
+def test_a_stop_sequence_of_the_request_ends_the_answer_and_is_named(scripted: Server) -> None:
+    api = client(scripted.url)
+    asked = {"model": GLM_ANSWER, "max_tokens": 64, "messages": ASK, "stop_sequences": [" in", "never"]}
+    message = api.messages.create(**asked, thinking={"type": "disabled"}, extra_body=GREEDY)
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", " in")
+    assert message.content[-1].type == "text" and message.content[-1].text == ANSWER.split(" in")[0]
+    with api.messages.stream(**asked, extra_body=GREEDY) as stream:
+        opened = next(event for event in stream if event.type == "message_start")
+        final = stream.get_final_message()
+    assert opened.message.usage.input_tokens + (opened.message.usage.cache_read_input_tokens or 0) > 5
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", " in")
+    ended = api.messages.create(model=GLM_ANSWER, max_tokens=64, messages=ASK, extra_body=GREEDY)
+    assert (ended.stop_reason, ended.stop_sequence) == (
+        "end_turn",
+        None,
+    )  # the family's `<|user|>` is no stop_sequence

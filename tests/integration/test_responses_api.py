@@ -114,6 +114,43 @@ def test_a_stored_response_can_be_read_and_deleted(server: Server) -> None:
         api.responses.retrieve(unstored.id)
 
 
+def test_a_stored_response_lists_its_own_input_items_a_page_at_a_time(server: Server) -> None:
+    api = client(server.url)
+    first = api.responses.create(model=SMOLLM, input="Say hi.", max_output_tokens=4, temperature=0)
+    sent: Any = [
+        {"role": "user", "content": "Name a colour."},
+        {"type": "message", "role": "assistant", "content": "Blue."},
+        {"role": "user", "content": "Another?", "id": "msg_mine"},
+    ]
+    second = api.responses.create(
+        model=SMOLLM, input=sent, previous_response_id=first.id, max_output_tokens=4, temperature=0
+    )
+    items = list(api.responses.input_items.list(second.id, order="asc"))
+    assert [(item.type, getattr(item, "role", None)) for item in items] == [
+        ("message", "user"),
+        ("message", "assistant"),
+        ("message", "user"),
+    ]
+    assert items[2].id == "msg_mine" and items[0].content[0].text == "Name a colour."
+    newest = api.responses.input_items.list(second.id, limit=1)
+    assert [item.id for item in newest.data] == ["msg_mine"] and newest.has_more
+    assert [
+        item.id for item in api.responses.input_items.list(second.id, limit=5, after="msg_mine").data
+    ] == [
+        items[1].id,
+        items[0].id,
+    ]
+    [own] = api.responses.input_items.list(first.id).data
+    assert own.type == "message" and own.content[0].text == "Say hi."
+    answer = httpx.get(f"{server.url}/v1/responses/{second.id}/input_items?after=msg_nope", timeout=30)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "after"
+    answer = httpx.get(f"{server.url}/v1/responses/{second.id}/input_items?limit=0", timeout=30)
+    assert answer.status_code == 400 and "limit" in answer.text
+    api.responses.delete(second.id)
+    with pytest.raises(openai.NotFoundError):
+        api.responses.input_items.list(second.id)
+
+
 def test_bad_requests_name_the_field_in_openais_envelope(server: Server) -> None:
     for body, field in (
         ({"model": SMOLLM}, "input"),
@@ -133,6 +170,8 @@ def test_another_accounts_response_is_not_found(gateway_sqlite: Gateway) -> None
     assert client(url, ids.run).responses.retrieve(mine.id).id == mine.id
     with pytest.raises(openai.NotFoundError):
         client(url, ids.other).responses.retrieve(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        client(url, ids.other).responses.input_items.list(mine.id)
     with pytest.raises(openai.NotFoundError):  # same account, but a token for @cf/google/* models only
         client(url, ids.narrow).responses.retrieve(mine.id)
     with pytest.raises(openai.PermissionDeniedError):  # same account, a token that may not run models

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from cirrus.api.anthropic.messages import BlockWriter, content_blocks, stop_reason, usage_body
+from cirrus.api.anthropic.messages import BlockWriter, StopReason, content_blocks, usage_body
 from cirrus.api.anthropic.schemas import MessagesRequest
 from cirrus.chat import ChatDelta, ChatResult, ToolCall
 from cirrus.families import ToolCallDelta
@@ -110,10 +110,24 @@ def test_the_answer_becomes_thinking_text_and_tool_use_blocks() -> None:
         {"type": "text", "text": "Checking."},
         {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}},
     ]
-    assert stop_reason("tool_calls") == "tool_use" and stop_reason("length") == "max_tokens"
-    assert stop_reason("stop") == "end_turn"
     usage = usage_body(Usage(30, 10, cached_tokens=20))
     assert (usage["input_tokens"], usage["cache_read_input_tokens"], usage["output_tokens"]) == (10, 20, 10)
+
+
+def test_the_stop_reason_names_a_stop_sequence_only_when_the_request_asked_for_it() -> None:
+    stop = StopReason(["END", "###"])
+    assert stop.fields("stop", "###") == {"stop_reason": "stop_sequence", "stop_sequence": "###"}
+    assert stop.fields("stop", "<|user|>") == {
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+    }  # the family's
+    assert stop.fields("stop", None) == {
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+    }  # end of generation
+    assert stop.fields("tool_calls", None)["stop_reason"] == "tool_use"
+    assert stop.fields("length", None)["stop_reason"] == "max_tokens"
+    assert StopReason(None).fields("stop", "###")["stop_reason"] == "end_turn"
 
 
 def test_a_stream_opens_one_block_per_kind_and_closes_it_when_the_next_starts() -> None:

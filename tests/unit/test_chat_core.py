@@ -39,8 +39,12 @@ GLM_CALL = (
 
 
 class FakeEvents:
-    def __init__(self, pieces: list[str], reason: str, usage: Usage) -> None:
-        self._events: list[GenerationEvent] = [*(TextDelta(p) for p in pieces), Finished(reason, usage)]
+    def __init__(
+        self, pieces: list[str], reason: str, usage: Usage, stop_sequence: str | None = None
+    ) -> None:
+        finished = Finished(reason, usage, stop_sequence)
+        self._events: list[GenerationEvent] = [*(TextDelta(p) for p in pieces), finished]
+        self.usage = usage
         self.closed = False
 
     async def __aiter__(self) -> AsyncIterator[GenerationEvent]:
@@ -52,6 +56,9 @@ class FakeEvents:
 
     async def aclose(self) -> None:
         self.closed = True
+
+    def processed_usage(self) -> Usage:
+        return self.usage
 
 
 class FakeModelFiles:
@@ -66,13 +73,15 @@ class FakeModelFiles:
 class FakeEngine:
     """Answers every run with `pieces`, as the engine would stream them."""
 
-    def __init__(self, pieces: list[str], reason: str = "stop", usage: Usage = USAGE) -> None:
+    def __init__(
+        self, pieces: list[str], reason: str = "stop", usage: Usage = USAGE, stop_sequence: str | None = None
+    ) -> None:
         self.model_files = FakeModelFiles()
         self.catalog = self
         self.runs: list[tuple[str, GenerationInput, float | None]] = []  # model, input, keep-alive
         self.events: list[FakeEvents] = []
         self.counted: list[tuple[str, GenerationInput]] = []
-        self._answer = (pieces, reason, usage)
+        self._answer = (pieces, reason, usage, stop_sequence)
 
     def get(self, model_id: str) -> ModelSpec:
         specs = {PLAIN.id: PLAIN, GLM.id: GLM}
@@ -117,6 +126,15 @@ def test_a_plain_chat_runs_the_messages_with_the_models_default_max_tokens() -> 
     result = asyncio.run(run.whole())
     assert (result.content, result.finish_reason, result.usage) == ("Sunny and mild.", "stop", Usage(12, 8))
     assert engine.events[0].closed
+
+
+def test_the_stop_sequence_that_ended_an_answer_and_the_prompts_usage_reach_the_adapter() -> None:
+    usage = Usage(12, 8, cached_tokens=5)
+    whole = started(FakeEngine(["Done"], usage=usage, stop_sequence="END"), chat())
+    assert whole.prompt_usage() == Usage(12, 0, cached_tokens=5)
+    assert asyncio.run(whole.whole()).stop_sequence == "END"
+    streamed = started(FakeEngine(["Done"], usage=usage, stop_sequence="END"), chat())
+    assert events_of(streamed)[-1] == ChatEnd("stop", usage, 0, "END")
 
 
 def test_max_tokens_sent_overrides_the_default() -> None:

@@ -34,3 +34,36 @@ async def test_another_account_neither_reads_nor_deletes_it(database: Database) 
     assert not await store.delete("acct-b", "resp_1")
     assert await store.delete("acct-a", "resp_1")
     assert await store.get("acct-a", "resp_1") is None
+
+
+ITEMS = [{"id": "msg_1", "type": "message"}, {"id": "fco_2", "type": "function_call_output"}]
+
+
+async def test_input_items_keep_their_order_and_go_with_the_response(database: Database) -> None:
+    clock = FakeClock()
+    store = await StoredResponses.open(database, retention_s=60.0, clock=clock)
+    await store.put(StoredResponse("resp_1", "acct-a", {"id": "resp_1"}, CONVERSATION, ITEMS))
+    await store.put(StoredResponse("resp_2", "acct-a", {"id": "resp_2"}, CONVERSATION, ITEMS[:1]))
+    assert await store.input_items("resp_1") == ITEMS
+    assert await store.delete("acct-a", "resp_1")
+    assert await store.input_items("resp_1") == []
+    clock.advance(60.0)
+    assert await store.purge_expired() == 1
+    assert await database.fetch_all("SELECT response_id FROM stored_response_items") == []
+
+
+async def test_a_response_whose_items_cannot_be_written_is_not_kept(database: Database) -> None:
+    store = await StoredResponses.open(database, retention_s=60.0, clock=FakeClock())
+    await store.put(StoredResponse("resp_1", "acct-a", {"id": "resp_1"}, CONVERSATION, ITEMS))
+    duplicate = StoredResponse("resp_2", "acct-a", {"id": "resp_2"}, CONVERSATION, ITEMS)
+    await database.execute(
+        "INSERT INTO stored_response_items (response_id, position, item) VALUES (?, ?, ?)",
+        ("resp_2", 1, "{}"),
+    )
+    try:
+        await store.put(duplicate)
+    except Exception:
+        pass
+    else:
+        raise AssertionError("a clashing item row must fail the write")
+    assert await store.get("acct-a", "resp_2") is None

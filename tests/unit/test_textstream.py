@@ -19,11 +19,19 @@ def test_a_partial_match_that_does_not_complete_is_released() -> None:
     matcher = StopMatcher(("STOP",))
     assert matcher.feed("ST") == ""
     assert matcher.feed("ay") == "STay"
-    assert not matcher.stopped
+    assert not matcher.stopped and matcher.matched is None
 
 
-def test_the_earliest_of_several_stop_sequences_wins() -> None:
-    assert feed_all(StopMatcher(("world", "lo")), ["hello world"]) == "hel"
+def test_the_earliest_of_several_stop_sequences_wins_and_is_reported() -> None:
+    matcher = StopMatcher(("world", "lo"))
+    assert feed_all(matcher, ["hello world"]) == "hel"
+    assert matcher.matched == "lo"
+
+
+def test_of_two_stops_found_at_one_place_the_longer_is_reported() -> None:
+    matcher = StopMatcher(("##", "###"))
+    assert feed_all(matcher, ["a ###"]) == "a "
+    assert matcher.matched == "###"
 
 
 def test_held_text_is_flushed_at_the_end() -> None:

@@ -20,12 +20,13 @@ class CachedAnswer:
     usage: Usage
     model: str
     created_at: float  # Unix time the answer was generated
+    stop_sequence: str | None = None
 
     @classmethod
     def of(cls, text: str, finished: Finished, model: str, created_at: float | None = None) -> "CachedAnswer":
         """A live generation's whole text and its finish event, as an answer generated now (or at created_at)."""
         when = time.time() if created_at is None else created_at
-        return cls(text, finished.finish_reason, finished.usage, model, when)
+        return cls(text, finished.finish_reason, finished.usage, model, when, finished.stop_sequence)
 
     def to_json(self) -> str:
         usage = {
@@ -40,6 +41,7 @@ class CachedAnswer:
             "usage": usage,
             "model": self.model,
             "created_at": self.created_at,
+            "stop_sequence": self.stop_sequence,
         }
         return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
@@ -65,6 +67,7 @@ def _from_document(document: dict[str, Any]) -> CachedAnswer:
         ),
         model=_str(document["model"]),
         created_at=_float(document["created_at"]),
+        stop_sequence=_optional_str(document.get("stop_sequence")),
     )
 
 
@@ -84,3 +87,7 @@ def _float(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{value!r} is not a number")
     return float(value)
+
+
+def _optional_str(value: object) -> str | None:
+    return None if value is None else _str(value)

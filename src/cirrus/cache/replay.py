@@ -21,4 +21,4 @@ async def replay(
     text = answer.text
     for start in range(0, len(text), chunk_chars):
         yield TextDelta(text[start : start + chunk_chars])
-    yield Finished(answer.finish_reason, answer.usage)
+    yield Finished(answer.finish_reason, answer.usage, answer.stop_sequence)

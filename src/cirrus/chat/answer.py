@@ -24,6 +24,7 @@ class ChatResult:
     reasoning_tokens: int
     usage: Usage
     json_value: Any = None  # JSON mode: the parsed answer
+    stop_sequence: str | None = None  # the stop string that ended the answer, if one did
 
 
 class ChatStream:

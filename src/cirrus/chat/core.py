@@ -11,7 +11,7 @@ service inside `Ai.local()`. So the same body answers the same way in-process an
 
 import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from cirrus.catalog import ModelSpec
@@ -33,6 +33,10 @@ class Events(Protocol):
     async def collect(self) -> Completion: ...
 
     async def aclose(self) -> None: ...
+
+    def processed_usage(self) -> Usage:
+        """Once the run has started, at least the prompt's tokens (and how many of them were cached)."""
+        ...
 
 
 class ChatEngine(Protocol):
@@ -82,6 +86,7 @@ class ChatEnd:
     finish_reason: str
     usage: Usage
     reasoning_tokens: int | None
+    stop_sequence: str | None = None  # the stop string that ended the answer, if one did
 
 
 ChatEvent = ChatDelta | ChatEnd
@@ -122,7 +127,7 @@ class ChatRun:
                         yield delta
                     continue
                 if parsed is None:
-                    yield ChatEnd(event.finish_reason, event.usage, None)
+                    yield ChatEnd(event.finish_reason, event.usage, None, event.stop_sequence)
                     return
                 if not (last := parsed.finish()).empty:
                     content.append(last.content)
@@ -130,7 +135,8 @@ class ChatRun:
                 if self.json_mode:
                     json_answer("".join(content), event.finish_reason)
                 reason = parsed.finish_reason(event.finish_reason)
-                yield ChatEnd(reason, event.usage, parsed.reasoning_tokens(event.usage))
+                reasoning_tokens = parsed.reasoning_tokens(event.usage)
+                yield ChatEnd(reason, event.usage, reasoning_tokens, event.stop_sequence)
                 return
         finally:
             await self._events.aclose()
@@ -142,11 +148,18 @@ class ChatRun:
         finally:
             await self._events.aclose()
         if self.plan is None:
-            return ChatResult("", completion.text, (), completion.finish_reason, 0, completion.usage)
-        return parse_whole(self.plan, completion.text, completion.finish_reason, completion.usage)
+            result = ChatResult("", completion.text, (), completion.finish_reason, 0, completion.usage)
+        else:
+            result = parse_whole(self.plan, completion.text, completion.finish_reason, completion.usage)
+        return replace(result, stop_sequence=completion.stop_sequence)
 
     async def aclose(self) -> None:
         await self._events.aclose()
+
+    def prompt_usage(self) -> Usage:
+        """The prompt's tokens and the cached share of them, known from the start (completion tokens: 0)."""
+        usage = self._events.processed_usage()
+        return Usage(usage.prompt_tokens, 0, usage.cached_tokens)
 
 
 async def start_chat(engine: ChatEngine, request: ChatRequest) -> ChatRun:

@@ -21,7 +21,12 @@ class Answer:
     _close: Callable[[], Awaitable[None]]
     cold_start: bool = False
     queue_s: float = 0.0
+    _usage: Callable[[], Usage] = field(default=lambda: Usage(0, 0))
     _closed: bool = field(default=False)
+
+    def processed_usage(self) -> Usage:
+        """What the worker has reported: once the first event is in hand, at least the prompt's tokens."""
+        return self._usage()
 
     async def __aiter__(self) -> AsyncIterator[GenerationEvent]:
         try:

@@ -311,6 +311,7 @@ class Pipeline:
             lambda: self._close_then_bill(call, generation, ending),
             generation.cold_start,
             generation.queue_s,
+            generation.processed_usage,
         )
 
     def _start_failed(
@@ -353,7 +354,8 @@ class Pipeline:
         async def nothing() -> None:
             return None
 
-        return Answer(observed(replay(cached), call.mark_first_token, on_end), nothing)
+        replayed = observed(replay(cached), call.mark_first_token, on_end)
+        return Answer(replayed, nothing, _usage=lambda: cached.usage)
 
     def _ended(
         self,

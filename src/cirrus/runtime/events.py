@@ -14,6 +14,7 @@ class TextDelta:
 class Finished:
     finish_reason: str
     usage: Usage
+    stop_sequence: str | None = None  # the stop string that ended the answer, if one did
 
 
 GenerationEvent = TextDelta | Finished

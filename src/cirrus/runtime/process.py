@@ -315,7 +315,10 @@ class WorkerProcess:
         if item["type"] == "text":
             return TextDelta(item["text"])
         if item["type"] == "finished":
-            return Finished(str(item["finish_reason"]), usage_of(item))
+            stop = item.get("stop_sequence")
+            return Finished(
+                str(item["finish_reason"]), usage_of(item), stop if isinstance(stop, str) else None
+            )
         if item["type"] == "started":
             return None
         raise _worker_error(item)

@@ -255,6 +255,7 @@ class BatchScheduler:
             sequence.completion_tokens,
             sequence.cached,
             sequence.reasoning.tokens,
+            stop_sequence=sequence.matcher.matched if reason == "stop" else None,
         )
         self._release(sequence)
 
@@ -274,7 +275,14 @@ class BatchScheduler:
         )
 
     def _send_finished(
-        self, request_id: str, reason: str, prompt: int, completion: int, cached: int, reasoning: int = 0
+        self,
+        request_id: str,
+        reason: str,
+        prompt: int,
+        completion: int,
+        cached: int,
+        reasoning: int = 0,
+        stop_sequence: str | None = None,
     ) -> None:
         self._send(
             {
@@ -285,6 +293,7 @@ class BatchScheduler:
                 "completion_tokens": completion,
                 "cached_tokens": cached,
                 "reasoning_tokens": reasoning,
+                "stop_sequence": stop_sequence,
             }
         )
 

@@ -9,16 +9,20 @@ class StopMatcher:
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = tuple(stop for stop in stops if stop)
         self._held = ""
-        self.stopped = False
+        self.matched: str | None = None  # the stop sequence that ended the text
+
+    @property
+    def stopped(self) -> bool:
+        return self.matched is not None
 
     def feed(self, text: str) -> str:
         """Text that can be emitted now; after a stop sequence appears, everything from it on is dropped."""
         if self.stopped:
             return ""
         self._held += text
-        cut = self._earliest_stop()
-        if cut is not None:
-            self.stopped = True
+        found = self._earliest_stop()
+        if found is not None:
+            cut, self.matched = found
             emit, self._held = self._held[:cut], ""
             return emit
         keep = self._longest_partial_stop()
@@ -30,9 +34,9 @@ class StopMatcher:
         emit, self._held = ("" if self.stopped else self._held), ""
         return emit
 
-    def _earliest_stop(self) -> int | None:
-        found = [index for stop in self._stops if (index := self._held.find(stop)) >= 0]
-        return min(found) if found else None
+    def _earliest_stop(self) -> tuple[int, str] | None:
+        found = [(index, stop) for stop in self._stops if (index := self._held.find(stop)) >= 0]
+        return min(found, key=lambda hit: (hit[0], -len(hit[1]))) if found else None
 
     def _longest_partial_stop(self) -> int:
         longest = 0

@@ -2,8 +2,11 @@
 POST /v1/messages/count_tokens, the prompt's size alone, as the model's worker renders and tokenizes it.
 
 A stream opens one content block per kind of output as it arrives (thinking, text, each tool call), closes it
-when the next kind starts, and ends with the stop reason and the usage in `message_delta`: the prompt's token
-count is known only once the worker finishes, so `message_start` reports 0 input tokens.
+when the next kind starts, and ends with the stop reason and the usage in `message_delta`. `message_start`
+reports the prompt's tokens, which the worker counted when it admitted the request.
+
+`stop_reason` is `stop_sequence` only for one of the request's own `stop_sequences`; the end of the model's turn
+(its end-of-generation token or its family's end-of-turn text) is `end_turn`.
 """
 
 import json
@@ -29,8 +32,16 @@ def message_id() -> str:
     return f"msg_{uuid.uuid4().hex[:24]}"
 
 
-def stop_reason(finish_reason: str) -> str:
-    return STOP_REASONS.get(finish_reason, "end_turn")
+class StopReason:
+    """Anthropic's `stop_reason` and `stop_sequence` for an answer to a request with these `stop_sequences`."""
+
+    def __init__(self, stop_sequences: list[str] | None) -> None:
+        self._asked = frozenset(stop_sequences or ())
+
+    def fields(self, finish_reason: str, matched: str | None) -> dict[str, str | None]:
+        if finish_reason == "stop" and matched is not None and matched in self._asked:
+            return {"stop_reason": "stop_sequence", "stop_sequence": matched}
+        return {"stop_reason": STOP_REASONS.get(finish_reason, "end_turn"), "stop_sequence": None}
 
 
 def usage_body(usage: Usage) -> dict[str, int]:
@@ -57,15 +68,16 @@ def content_blocks(result: ChatResult) -> list[dict[str, Any]]:
     return blocks
 
 
-def _message(model: str, content: list[dict[str, Any]], reason: str | None, usage: Usage) -> dict[str, Any]:
+def _message(
+    model: str, content: list[dict[str, Any]], stop: dict[str, str | None], usage: Usage
+) -> dict[str, Any]:
     return {
         "id": message_id(),
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": reason,
-        "stop_sequence": None,
+        **stop,
         "usage": usage_body(usage),
     }
 
@@ -119,33 +131,35 @@ def _empty_block(kind: str) -> dict[str, Any]:
     )
 
 
-async def _stream(run: ChatRun) -> AsyncIterator[bytes]:
+async def _stream(run: ChatRun, stop: StopReason) -> AsyncIterator[bytes]:
     blocks = BlockWriter()
-    yield sse_event({"type": "message_start", "message": _message(run.model, [], None, Usage(0, 0))})
+    opened = _message(run.model, [], {"stop_reason": None, "stop_sequence": None}, run.prompt_usage())
+    yield sse_event({"type": "message_start", "message": opened})
     try:
         async for event in run:
             if isinstance(event, ChatDelta):
                 for data in blocks.delta(event):
                     yield sse_event(data)
                 continue
-            for data in [*blocks.close(), _message_delta(event)]:
+            for data in [*blocks.close(), _message_delta(event, stop)]:
                 yield sse_event(data)
         yield sse_event({"type": "message_stop"})
     except CirrusError as error:
         yield sse_event(error_body(error, WireProtocol.ANTHROPIC))
 
 
-def _message_delta(end: ChatEnd) -> dict[str, Any]:
-    delta = {"stop_reason": stop_reason(end.finish_reason), "stop_sequence": None}
+def _message_delta(end: ChatEnd, stop: StopReason) -> dict[str, Any]:
+    delta = stop.fields(end.finish_reason, end.stop_sequence)
     return {"type": "message_delta", "delta": delta, "usage": usage_body(end.usage)}
 
 
 async def create_message(body: MessagesRequest, request: Request) -> Any:
-    chat = body.chat_request()
+    chat, stop = body.chat_request(), StopReason(body.stop_sequences)
     if body.stream:
-        return await stream_chat(request, chat, _stream)
+        return await stream_chat(request, chat, lambda run: _stream(run, stop))
     run, result = await whole_chat(request, chat)
-    return _message(run.model, content_blocks(result), stop_reason(result.finish_reason), result.usage)
+    fields = stop.fields(result.finish_reason, result.stop_sequence)
+    return _message(run.model, content_blocks(result), fields, result.usage)
 
 
 async def count_tokens(body: CountTokensRequest, request: Request) -> TokenCount:

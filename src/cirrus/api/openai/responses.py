@@ -1,5 +1,6 @@
 """OpenAI's Responses API on the chat core: `POST /v1/responses`, whole or streamed with its typed events, and
-stored responses (`store`, `previous_response_id`, `GET` and `DELETE /v1/responses/{id}`) per account.
+stored responses (`store`, `previous_response_id`, `GET` and `DELETE /v1/responses/{id}`, and the request's
+input items under `GET /v1/responses/{id}/input_items`) per account.
 
 An answer becomes output items: a `reasoning` item (the family's thinking), a `message` with its output text, and
 one `function_call` per tool call. A stream announces each item as it starts (`response.output_item.added`),
@@ -13,18 +14,19 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from cirrus.api.context import platform_of, principal_of
 from cirrus.api.errors import error_body
 from cirrus.api.inference import resolve_model, stream_chat, whole_chat
+from cirrus.api.openai.input_items import Order, UnknownCursor, input_items, page
 from cirrus.api.openai.responses_schemas import ResponsesRequest
 from cirrus.api.path_parameters import account_parameter
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import sse_data
 from cirrus.auth import Permission
 from cirrus.chat import ChatDelta, ChatEnd, ChatResult, ChatRun, ToolCall
-from cirrus.errors import CirrusError, Forbidden, NotFound
+from cirrus.errors import CirrusError, Forbidden, InvalidInput, NotFound
 from cirrus.responses import StoredResponse, StoredResponses
 from cirrus.runtime.params import Usage
 
@@ -259,7 +261,8 @@ async def _store(
     if not body.store:
         return response
     conversation = [*history, *body.input_messages(), answer]
-    stored = StoredResponse(response["id"], principal_of(request).account_id, response, conversation)
+    account = principal_of(request).account_id
+    stored = StoredResponse(response["id"], account, response, conversation, input_items(body))
     try:
         await stored_responses(request).put(stored)
     except Exception:
@@ -334,7 +337,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Any:
         return await stream_chat(request, chat, lambda run: _stream(run, request, body, history))
     run, result = await whole_chat(request, chat)
     items = output_items(result)
-    end = ChatEnd(result.finish_reason, result.usage, result.reasoning_tokens)
+    end = ChatEnd(result.finish_reason, result.usage, result.reasoning_tokens, result.stop_sequence)
     response = ResponseShape(body, run.model).finished(items, end)
     return await _store(request, body, history, response, _answer_turn(items))
 
@@ -354,6 +357,22 @@ async def _stored(request: Request, response_id: str, param: str = "response_id"
 
 async def get_response(response_id: str, request: Request) -> Any:
     return (await _stored(request, response_id)).body
+
+
+async def list_input_items(
+    response_id: str,
+    request: Request,
+    limit: int = Query(default=20, ge=1, le=100),
+    order: Order = "desc",
+    after: str | None = None,
+    before: str | None = None,
+) -> Any:
+    await _stored(request, response_id)
+    items = await stored_responses(request).input_items(response_id)
+    try:
+        return page(items, limit, order, after, before)
+    except UnknownCursor as error:
+        raise InvalidInput(str(error), param=error.param) from None
 
 
 async def delete_response(response_id: str, request: Request) -> Any:
@@ -377,6 +396,13 @@ for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
         get_response,
         methods=["GET"],
         summary="Get a stored response",
+        openapi_extra=extra,
+    )
+    router.add_api_route(
+        f"{_prefix}/responses/{{response_id}}/input_items",
+        list_input_items,
+        methods=["GET"],
+        summary="List a stored response's input items",
         openapi_extra=extra,
     )
     router.add_api_route(

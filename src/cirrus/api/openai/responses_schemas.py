@@ -29,9 +29,10 @@ def _text(content: str | list[TextPart]) -> str:
 
 
 class MessageItem(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # id, status
+    model_config = ConfigDict(extra="ignore")  # status
 
     type: Literal["message"] = "message"
+    id: str | None = None
     role: Literal["user", "system", "developer", "assistant"]
     content: str | list[TextPart] = Field(max_length=MAX_PROMPT_CHARS)
 
@@ -40,6 +41,7 @@ class FunctionCallItem(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["function_call"]
+    id: str | None = None
     call_id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     arguments: str
@@ -49,6 +51,7 @@ class FunctionCallOutputItem(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["function_call_output"]
+    id: str | None = None
     call_id: str = Field(min_length=1)
     output: str | list[TextPart]
 
@@ -57,6 +60,7 @@ class ReasoningItem(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["reasoning"]
+    id: str | None = None
 
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
