@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 
 from cirrus.catalog import Catalog, ModelSpec
 from cirrus.errors import InternalError, InvalidInput, WorkerCrashed
-from cirrus.pool import Lease, Pool
+from cirrus.pool import Lease, Pool, Worker
 from cirrus.pool.prompt_keys import prompt_chain
 from cirrus.runtime.embedding import EmbeddingInput, Embeddings
 from cirrus.runtime.events import Finished, GenerationEvent, TextDelta
@@ -300,14 +300,19 @@ class InferenceService:
         self, request: InferenceRequest, on_cold_start: ColdStartHook | None = None
     ) -> int:
         """The prompt tokens a generation of `request.inputs` would report, rendered and tokenized by a worker of
-        the model; nothing is generated. It leases a slot as a generation does (a cold start if no instance is
-        loaded, reported to `on_cold_start` with its phases, as a generation's is to the metrics), releases it at
-        once with the request's keep-alive, and is tried again on another instance, once, if the worker was found
-        dead when the request was sent."""
+        the model; nothing is generated. A loaded instance's worker answers at once, between its decode steps,
+        without a slot: a count neither waits behind running answers nor keeps the instance warm. With none
+        loaded (or one that stopped meanwhile), it leases a slot as a generation does (a cold start, reported to
+        `on_cold_start` with its phases, as a generation's is to the metrics), releases it at once with the
+        request's keep-alive, and is tried again on another instance, once, if the worker was found dead when
+        the request was sent."""
         spec = self.catalog.require_installed(request.model)
         require_task(spec, "text-generation")
         loop = asyncio.get_running_loop()
         deadline = request.deadline if request.deadline is not None else loop.time() + self.request_timeout_s
+        counted = await _count_on_loaded(self.pool.serving_worker(spec.id), request, deadline)
+        if counted is not None:
+            return counted
         progress = Progress()
         for attempt in (1, 2):
             lease = await self.pool.acquire(spec, deadline)
@@ -334,6 +339,21 @@ async def _embed_on(
     if not isinstance(worker, EmbeddingWorker):
         raise InternalError(f"the worker serving {lease.instance.spec.id} cannot embed")
     return await worker.embed(request.request_id, request.inputs, deadline, progress)
+
+
+async def _count_on_loaded(worker: Worker | None, request: InferenceRequest, deadline: float) -> int | None:
+    """None when there is no loaded worker, or it was found gone before the count reached it. A worker that dies
+    once it has the count is the caller's 502, as for a generation: the count may be what crashed it."""
+    if not isinstance(worker, CountingWorker):
+        return None
+    progress = Progress()
+    try:
+        return await worker.count(request.request_id, request.inputs, deadline, progress)
+    except WorkerCrashed:
+        if progress.sent:
+            raise
+        log.info("the loaded worker for %s was gone before a count; leasing an instance", request.model)
+        return None
 
 
 async def _count_on(lease: Lease, request: InferenceRequest, deadline: float, progress: Progress) -> int:

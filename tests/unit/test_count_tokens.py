@@ -163,6 +163,16 @@ async def test_a_count_cold_starts_the_model_and_releases_its_slot_at_once(tmp_p
     assert len(launcher.launched) == 1, "the warm instance counts the next one"
 
 
+async def test_a_count_on_a_busy_loaded_model_answers_without_waiting_for_a_slot(tmp_path: Path) -> None:
+    service, launcher, pool = service_with(tmp_path, [])
+    model = service.catalog.require_installed(CHAT)
+    leases = [await pool.acquire(model, soon(5)) for _ in range(2)]  # both instances' only slots
+    assert await asyncio.wait_for(service.count_tokens(count()), 2) == 3
+    assert len(launcher.launched) == 2 and all(s.active_requests == 1 for s in pool.statuses())
+    for lease in leases:
+        lease.release()
+
+
 async def test_a_worker_gone_before_the_count_is_replaced_within_the_same_request(tmp_path: Path) -> None:
     service, launcher, _ = service_with(tmp_path, [])
     await service.count_tokens(count())

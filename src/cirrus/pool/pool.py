@@ -109,6 +109,13 @@ class Pool:
     def waiting(self, model_id: str) -> int:
         return self._waiting.get(model_id, 0)
 
+    def serving_worker(self, model_id: str) -> Worker | None:
+        """The worker of a loaded, responsive instance of the model, for work its worker answers without a slot
+        (a token count). No lease: the instance may be stopped while that work runs, and the caller then falls
+        back to `acquire`."""
+        serving = [i for i in self._instances if i.spec.id == model_id and i.serving]
+        return max(serving, key=lambda i: i.last_used).worker if serving else None
+
     async def acquire(
         self,
         spec: ModelSpec,
