@@ -163,3 +163,10 @@ def test_the_models_search_record_carries_the_description_fields(tmp_path: Path)
     assert properties["installed"] == "false"
     assert (properties["architecture"], properties["family"]) == ("deepseek2", "kimi_k2")
     assert (properties["parameters_billions"], properties["active_parameters_billions"]) == ("16.0", "3.0")
+
+
+def test_glm_4_0414_speaks_the_glm4_family_and_glm_edge_its_own_template() -> None:
+    specs = {spec.id: spec for spec in family_entries()}
+    assert specs[GLM_9B].family == "glm4"
+    assert specs["@cf/thudm/glm-edge-1.5b-chat"].family is None  # no `[gMASK]<sop>`, no tools in its template
+    assert specs["@cf/zai-org/glm-4.5-air"].family == "glm45"  # the later GLMs keep their own format

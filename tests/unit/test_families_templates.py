@@ -189,7 +189,7 @@ class TestBadConversations:
             KIMI.render(messages)
 
     def test_unknown_family(self) -> None:
-        with pytest.raises(FamilyInputError, match="known: glm45, glm47, kimi_k2"):
+        with pytest.raises(FamilyInputError, match="known: glm4, glm45, glm47, kimi_k2"):
             family("llama9")
 
 

@@ -190,6 +190,56 @@ class TestKimiCalls:
         assert not accepts(native_call_grammar(KIMI, [WEATHER_TOOL]), kimi_section())
 
 
+class TestGlm4Calls:
+    """GLM-4 (9B-chat, 0414, Edge): `NAME\\n{json}` with no marker, further calls each after `<|assistant|>`."""
+
+    GLM4 = family("glm4")
+
+    def test_a_call_is_the_name_a_line_break_and_schema_valid_json(self) -> None:
+        grammar = native_call_grammar(self.GLM4, [WEATHER_TOOL])
+        assert accepts(grammar, 'get_weather\n{"city": "Paris"}')
+        # the line break a text answer starts with may come first
+        assert accepts(grammar, '\nget_weather\n{"city": "Paris"}')
+        assert not accepts(grammar, 'get_weather\n{"city": 3}')
+        assert not accepts(grammar, 'get_weather\n{"town": "Paris"}')
+        assert not accepts(grammar, "get_weather\n")  # at least the arguments
+
+    def test_only_calls_to_the_offered_tools(self) -> None:
+        grammar = native_call_grammar(self.GLM4, [WEATHER_TOOL, COUNT_TOOL])
+        assert not allows_prefix(grammar, "Sure")
+        assert not allows_prefix(grammar, "get_news")
+        assert not allows_prefix(grammar, "get_weather {")  # the name line ends at once
+
+    def test_several_calls_each_after_an_assistant_turn(self) -> None:
+        grammar = native_call_grammar(self.GLM4, [WEATHER_TOOL, COUNT_TOOL])
+        text = 'get_weather\n{"city": "Oslo"}<|assistant|>count\n{"n": 2, "tags": ["a"]}'
+        assert accepts(grammar, text)
+        assert not allows_prefix(grammar, 'get_weather\n{"city": "Oslo"}\ncount')
+
+    def test_an_optional_reasoning_block_first(self) -> None:
+        grammar = native_call_grammar(self.GLM4, [WEATHER_TOOL])
+        assert accepts(grammar, '<think>the city is Paris</think>\nget_weather\n{"city": "Paris"}')
+
+    def test_the_parser_reads_what_the_grammar_allows(self) -> None:
+        grammar = native_call_grammar(self.GLM4, [WEATHER_TOOL, COUNT_TOOL])
+        text = 'get_weather\n{"city": "Oslo"}<|assistant|>count\n{"n": 3}'
+        assert accepts(grammar, text)
+        output = parse_output(self.GLM4.output_parser([WEATHER_TOOL, COUNT_TOOL]), text)
+        assert [(c.name, c.arguments) for c in output.tool_calls] == [
+            ("get_weather", '{"city": "Oslo"}'),
+            ("count", '{"n": 3}'),
+        ]
+        assert (output.content, output.malformed) == ("", False)
+
+    def test_plan_gives_glm4_the_call_grammar_for_a_named_tool(self) -> None:
+        options = ChatOptions(tools=(WEATHER_TOOL, CLOCK_TOOL), tool_choice="get_time")
+        messages = [{"role": "user", "content": "Time in Paris?"}]
+        grammar = plan_chat(self.GLM4, messages, options, SamplingParams()).inputs.sampling.grammar
+        assert grammar is not None
+        assert accepts(grammar, 'get_time\n{"zone": "CET"}')
+        assert not allows_prefix(grammar, "get_weather")
+
+
 def test_no_tools_is_a_clear_error() -> None:
     with pytest.raises(FamilyInputError, match="at least one function"):
         native_call_grammar(KIMI, [])

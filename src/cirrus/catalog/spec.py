@@ -131,7 +131,7 @@ class ModelSpec(BaseModel):
     output_deny_patterns: tuple[str, ...] = ()
     family: str | None = Field(
         default=None,
-        description="chat format (cirrus.families: glm45, glm47, kimi_k2, kimi_k25); default: detected from the GGUF template",
+        description="chat format (cirrus.families: glm4, glm45, glm47, kimi_k2, kimi_k25); default: detected from the GGUF template",
     )
     architecture: str | None = Field(default=None, description="llama.cpp's name, e.g. glm4, deepseek2")
     parameters: float | None = Field(default=None, gt=0, description="total parameters, in billions")

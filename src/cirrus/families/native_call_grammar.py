@@ -2,10 +2,10 @@
 
 The answer may first reason, as far as the family and the thinking switch allow it: where the prompt already
 opened the reasoning (GLM-4.7 with thinking on), the answer starts inside it and must close it; where the model
-opens the block itself (GLM-4.5/4.6, Kimi K2), the block is optional; with thinking off there is none. Then come
-one or more calls to the offered tools, in the family's own markup (`native_call_rules`), and nothing else: no
-text before or between the calls beyond a little whitespace. The end-of-generation token is allowed only once
-the calls are complete.
+opens the block itself (GLM-4.5/4.6, Kimi K2, and GLM-4, whose parser reads such a block too), the block is
+optional; with thinking off there is none. Then come one or more calls to the offered tools, in the family's
+own markup (`native_call_rules`), and nothing else: no text before or between the calls beyond a little
+whitespace. The end-of-generation token is allowed only once the calls are complete.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -14,15 +14,16 @@ from typing import Any
 from cirrus.families.errors import FamilyInputError
 from cirrus.families.gbnf_build import literal, text_then
 from cirrus.families.glm import GlmToolCallParser
+from cirrus.families.glm4 import Glm4ToolCallParser
 from cirrus.families.kimi import KimiToolCallParser
-from cirrus.families.native_call_rules import glm_call_rules, kimi_call_rules
-from cirrus.families.registry import Family
-from cirrus.families.sections import SectionParser
+from cirrus.families.native_call_rules import glm4_call_rules, glm_call_rules, kimi_call_rules
+from cirrus.families.registry import Family, ToolParserFactory
 from cirrus.families.toolcalls import ToolSpec, tool_specs
 
 # The grammar writes what the family's parser reads.
-CALL_RULES: dict[type[SectionParser], Callable[[Sequence[ToolSpec]], list[str]]] = {
+CALL_RULES: dict[ToolParserFactory, Callable[[Sequence[ToolSpec]], list[str]]] = {
     GlmToolCallParser: glm_call_rules,
+    Glm4ToolCallParser: glm4_call_rules,
     KimiToolCallParser: kimi_call_rules,
 }
 WHITESPACE = "nc-ws ::= [ \\n]{0,2}"  # between the reasoning and a call, and between calls

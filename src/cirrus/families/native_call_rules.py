@@ -5,6 +5,8 @@
   tool's declared properties (any key when its schema allows undeclared ones). A value is free text up to
   `</arg_value>` where the property may be a string, as the template writes strings; otherwise JSON that its
   schema allows, as the template writes every other value. Which keys are required is not enforced.
+- GLM-4 (9B-chat, 0414, Edge): `NAME\n{json}`, the JSON arguments following the tool's parameter schema; further
+  calls each after an `<|assistant|>`, as the glm4 parser reads them.
 - Kimi: `<|tool_calls_section_begin|>` then calls `<|tool_call_begin|>functions.NAME:IDX
   <|tool_call_argument_begin|>{json}<|tool_call_end|>`, then `<|tool_calls_section_end|>`; the JSON arguments
   follow the tool's parameter schema.
@@ -17,7 +19,7 @@ out in ordinary tokens). The JSON rules are the ones JSON mode uses (`json_schem
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cirrus.families import glm, kimi
+from cirrus.families import glm, glm4, kimi
 from cirrus.families.coerce import schema_types
 from cirrus.families.errors import FamilyInputError
 from cirrus.families.gbnf_build import literal, prefixed, text_then
@@ -89,6 +91,14 @@ def _allows_other_keys(parameters: Mapping[str, Any]) -> bool:
     return additional is None and "properties" not in parameters
 
 
+def glm4_call_rules(specs: Sequence[ToolSpec]) -> list[str]:
+    tools = " | ".join(f"nc-tool{index}" for index in range(len(specs)))
+    lines = [f"nc-calls ::= nc-call ( {literal(glm4.TURN)} nc-call )*", f"nc-call ::= {tools}"]
+    for index, spec in enumerate(specs):
+        lines += _json_arguments_tool(index, spec, literal(spec.name + "\n"))
+    return lines
+
+
 def kimi_call_rules(specs: Sequence[ToolSpec]) -> list[str]:
     tools = " | ".join(f"nc-tool{index}" for index in range(len(specs)))
     lines = [
@@ -97,10 +107,12 @@ def kimi_call_rules(specs: Sequence[ToolSpec]) -> list[str]:
         KIMI_INDEX,
     ]
     for index, spec in enumerate(specs):
-        arguments = json_schema_grammar(dict(spec.parameters) or {"type": "object"}, "tools")
         opening = f"{literal(spec.name + ':')} nc-index {literal(kimi.ARGUMENT_BEGIN)}"
-        lines += [
-            f"nc-tool{index} ::= {opening} nc-t{index}-root",
-            prefixed(arguments, f"nc-t{index}-").strip(),
-        ]
+        lines += _json_arguments_tool(index, spec, opening)
     return lines
+
+
+def _json_arguments_tool(index: int, spec: ToolSpec, opening: str) -> list[str]:
+    """Rule `nc-tool{index}`: `opening`, then the tool's arguments as JSON its parameter schema allows."""
+    arguments = json_schema_grammar(dict(spec.parameters) or {"type": "object"}, "tools")
+    return [f"nc-tool{index} ::= {opening} nc-t{index}-root", prefixed(arguments, f"nc-t{index}-").strip()]

@@ -1,25 +1,29 @@
 """The model families Cirrus knows by name: their chat template, thinking markers and tool-call parser."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from cirrus.families.errors import FamilyInputError
 from cirrus.families.glm import GlmToolCallParser
+from cirrus.families.glm4 import Glm4ToolCallParser
 from cirrus.families.kimi import KimiToolCallParser
 from cirrus.families.messages import prepare_messages
 from cirrus.families.output import ChatOutputParser
 from cirrus.families.reasoning import ReasoningSplitter
 from cirrus.families.render import render_template
-from cirrus.families.sections import SectionParser
+from cirrus.families.toolcalls import ToolCallParser
+
+# A family's tool-call parser class, made with the tools the request offers.
+ToolParserFactory = Callable[[Iterable[Mapping[str, Any]] | None], ToolCallParser]
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
     template_file: str
-    tool_parser: type[SectionParser]
+    tool_parser: ToolParserFactory
     decode_arguments: bool  # the template iterates tool-call arguments as a mapping
     thinking_switch: bool  # the template reads `enable_thinking`
     prompt_opens_thinking: bool  # with thinking on, the prompt ends inside `<think>`
@@ -29,6 +33,9 @@ class Family:
     thinking_kwarg: str = "enable_thinking"  # the template variable its thinking switch reads
     recognised_by: tuple[str, ...] = field(default=())  # text only this family's templates contain (any one)
     recognised_along: tuple[str, ...] = field(default=())  # text its templates contain as well (all of it)
+    # False where the model's own template (from its GGUF) cannot render an OpenAI-shaped conversation: ours
+    # renders every prompt instead.
+    renders_with_model_template: bool = True
 
     def template(self) -> str:
         return resources.files("cirrus.families").joinpath("templates", self.template_file).read_text("utf-8")
@@ -56,9 +63,11 @@ class Family:
         enable_thinking: bool | None = None,
         template: str | None = None,
     ) -> str:
-        """The prompt, with our template or `template` (the model's own, from its GGUF metadata)."""
+        """The prompt, with our template or `template` (the model's own, from its GGUF metadata) where the family
+        can use it."""
+        own = template if self.renders_with_model_template else None
         return render_template(
-            template or self.template(),
+            own or self.template(),
             prepare_messages(messages, self.decode_arguments),
             tools,
             **self.template_kwargs(enable_thinking),
@@ -92,6 +101,23 @@ GLM47 = Family(
     stop=("<|user|>", "<|observation|>"),
     recognised_by=("<tool_call>{function-name}<arg_key>",),
 )
+# GLM-4-9B-chat and GLM-4-0414 (cirrus.families.glm4). Their own templates take a call as `metadata` and a
+# result as role `observation` (and 9B-chat's reads the tools from a message), so an OpenAI-shaped conversation
+# would render through them without its tool turns: ours renders every prompt. Recognised by the Chinese line
+# that closes each tool's description, with the prefix only GLM templates write; GLM-4.5 and later describe their
+# tools in English. GLM-Edge's template has neither the prefix nor tools: it is served with its own template.
+GLM4 = Family(
+    name="glm4",
+    template_file="glm4.jinja",
+    tool_parser=Glm4ToolCallParser,
+    decode_arguments=True,
+    thinking_switch=False,
+    prompt_opens_thinking=False,
+    stop=("<|user|>", "<|observation|>"),
+    recognised_by=("请使用 Json 格式表示调用的参数",),
+    recognised_along=("[gMASK]<sop>",),
+    renders_with_model_template=False,
+)
 KIMI_K2 = Family(
     name="kimi_k2",
     template_file="kimi_k2.jinja",
@@ -117,7 +143,7 @@ KIMI_K25 = Family(
     recognised_by=("thinking is defined and thinking is false",),
     recognised_along=("<|im_middle|>",),
 )
-FAMILIES: dict[str, Family] = {family.name: family for family in (GLM45, GLM47, KIMI_K2, KIMI_K25)}
+FAMILIES: dict[str, Family] = {family.name: family for family in (GLM4, GLM45, GLM47, KIMI_K2, KIMI_K25)}
 
 
 def family(name: str) -> Family:
@@ -130,7 +156,7 @@ def family(name: str) -> Family:
 
 def family_of_template(template: str) -> Family | None:
     """Which family a model's own chat template (from its GGUF) writes, by text only that family's use."""
-    for candidate in (GLM47, GLM45, KIMI_K25, KIMI_K2):
+    for candidate in (GLM47, GLM45, GLM4, KIMI_K25, KIMI_K2):
         if candidate.writes(template):
             return candidate
     return None
