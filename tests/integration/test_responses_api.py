@@ -125,23 +125,19 @@ def test_a_stored_response_lists_its_own_input_items_a_page_at_a_time(server: Se
     second = api.responses.create(
         model=SMOLLM, input=sent, previous_response_id=first.id, max_output_tokens=4, temperature=0
     )
-    items = list(api.responses.input_items.list(second.id, order="asc"))
-    assert [(item.type, getattr(item, "role", None)) for item in items] == [
+    items = [item.model_dump() for item in api.responses.input_items.list(second.id, order="asc")]
+    assert [(item["type"], item["role"]) for item in items] == [
         ("message", "user"),
         ("message", "assistant"),
         ("message", "user"),
     ]
-    assert items[2].id == "msg_mine" and items[0].content[0].text == "Name a colour."
+    assert items[2]["id"] == "msg_mine" and items[0]["content"][0]["text"] == "Name a colour."
     newest = api.responses.input_items.list(second.id, limit=1)
     assert [item.id for item in newest.data] == ["msg_mine"] and newest.has_more
-    assert [
-        item.id for item in api.responses.input_items.list(second.id, limit=5, after="msg_mine").data
-    ] == [
-        items[1].id,
-        items[0].id,
-    ]
-    [own] = api.responses.input_items.list(first.id).data
-    assert own.type == "message" and own.content[0].text == "Say hi."
+    older = api.responses.input_items.list(second.id, limit=5, after="msg_mine").data
+    assert [item.id for item in older] == [items[1]["id"], items[0]["id"]]
+    [own] = [item.model_dump() for item in api.responses.input_items.list(first.id).data]
+    assert own["type"] == "message" and own["content"][0]["text"] == "Say hi."
     answer = httpx.get(f"{server.url}/v1/responses/{second.id}/input_items?after=msg_nope", timeout=30)
     assert answer.status_code == 400 and answer.json()["error"]["param"] == "after"
     answer = httpx.get(f"{server.url}/v1/responses/{second.id}/input_items?limit=0", timeout=30)

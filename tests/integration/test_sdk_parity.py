@@ -16,9 +16,9 @@ from cirrus.sdk import Ai, AiError
 from cirrus.testing.scripted import write_scripted
 from cirrus.testing.scripts import ANSWER, GLM47_ANSWER, REASONING
 from tests.integration.conftest import GEMMA, SMOLLM
+from tests.integration.minilm import MINILM
 from tests.integration.server import running_server
 
-MINILM = "@cf/sentence-transformers/all-minilm-l6-v2"
 GLM = "@cf/test/glm-4.7-flash-scripted"
 WEATHER = {
     "name": "get_weather",
@@ -144,3 +144,29 @@ def test_reasoning_answers_the_same_in_process_and_over_http(tmp_path: Path) -> 
     assert (whole["reasoning"], whole["response"]) == (REASONING, ANSWER)
     assert "".join(event.get("reasoning", "") for event in streamed) == REASONING
     assert thinking_off["response"] == ANSWER and "reasoning" not in thinking_off
+
+
+def test_embeddings_answer_the_same_in_process_and_over_http(tmp_path: Path, minilm_gguf: Path) -> None:
+    """all-MiniLM-L6-v2 (converted from its PyPI package): vectors, shape, pooling and usage, and a bad body."""
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(
+        f'[[models]]\nid = "{MINILM}"\ntask = "text-embeddings"\nartifact = {{ path = "{minilm_gguf}" }}\n'
+    )
+    bodies: list[dict[str, Any]] = [
+        {"text": ["a cat sat on the mat", "serverless inference"]},
+        {"text": "one sentence", "pooling": "cls"},
+        {"text": []},
+    ]
+    (tmp_path / "server").mkdir()
+    with (
+        running_server(tmp_path / "server", "--catalog", str(catalog)) as server,
+        Ai.remote(server.url) as remote,
+    ):
+        over_http = [outcome(remote, MINILM, body) for body in bodies]
+    with Ai.local(catalog, threads=2, state_dir=tmp_path / "local") as local:
+        in_process = [outcome(local, MINILM, body) for body in bodies]
+    assert in_process == over_http
+    pair, cls, empty = over_http
+    assert pair["shape"] == [2, 384] and len(pair["data"]) == 2 and len(pair["data"][0]) == 384
+    assert cls["shape"] == [1, 384]
+    assert empty[0] == "error" and empty[2] == 400
