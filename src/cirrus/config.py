@@ -141,6 +141,24 @@ class Settings(BaseSettings):
     responses_retention_days: float = Field(
         default=30.0, gt=0, description="how long stored responses are kept"
     )
+    # The async Batch API: items run in the background, in the slots interactive requests leave free.
+    batch_concurrency: int = Field(default=4, ge=1, description="batch items one gateway runs at once")
+    batch_max_items: int = Field(default=10_000, ge=1, description="requests in one batch")
+    batch_max_queued_per_account: int = Field(
+        default=100_000, ge=1, description="items an account may have queued or running"
+    )
+    batch_window_s: float = Field(
+        default=86_400.0, gt=0, description="a batch expires this long after it is sent"
+    )
+    batch_item_timeout_s: float = Field(
+        default=3600.0, gt=0, description="time limit of one item, its wait for a free slot included"
+    )
+    batch_retention_days: float = Field(default=30.0, gt=0, description="how long finished batches are kept")
+    batch_lease_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="an item held by a gateway that stopped answering runs elsewhere after this",
+    )
 
     # Pulling from and pushing to OCI registries that want credentials (else ~/.docker/config.json's are used).
     registry_username: str | None = None

@@ -128,6 +128,10 @@ class Platform:
     def spare_worker_pids(self) -> list[int]:
         return self.launcher.spares.pids
 
+    @property
+    def gateway_open(self) -> bool:
+        return self._gateway is not None
+
     def authenticator(self) -> NodeAuthenticator | None:
         """None until the gateway is open, and on a node without one (the embedded SDK)."""
         return self._gateway.authenticator if self._gateway is not None else None

@@ -39,6 +39,9 @@ class InferenceRequest:
     # time limit when the service is called (the embedded SDK).
     deadline: float | None = None
     reject_if_busy: bool = False  # refuse at once (429) rather than wait for a slot
+    # Background work (a batch item): it takes only slots nothing interactive wants, and this is called when an
+    # interactive request needs its slot back (the caller then stops the work: `Pool.acquire`).
+    preempt: Callable[[], None] | None = None
 
 
 @dataclass
@@ -140,6 +143,7 @@ class EmbeddingRequest:
     inputs: EmbeddingInput
     keep_alive_s: float | None = None
     deadline: float | None = None  # as InferenceRequest's
+    preempt: Callable[[], None] | None = None  # as InferenceRequest's
 
 
 @dataclass(frozen=True)
@@ -251,7 +255,12 @@ class InferenceService:
         chain = prompt_chain(request.inputs)
         for attempt in (1, 2):
             lease = await self.pool.acquire(
-                spec, deadline, request.affinity, chain=chain, reject_if_busy=request.reject_if_busy
+                spec,
+                deadline,
+                request.affinity,
+                chain=chain,
+                reject_if_busy=request.reject_if_busy,
+                preempt=request.preempt,
             )
             events = lease.worker.generate(request.request_id, request.inputs, deadline, progress)
             try:
@@ -280,7 +289,7 @@ class InferenceService:
         deadline = request.deadline if request.deadline is not None else started + self.request_timeout_s
         progress = progress or Progress()
         for attempt in (1, 2):
-            lease = await self.pool.acquire(spec, deadline)
+            lease = await self.pool.acquire(spec, deadline, preempt=request.preempt)
             try:
                 embeddings = await _embed_on(lease, request, deadline, progress)
             except WorkerCrashed:

@@ -10,8 +10,6 @@ loses at most the records of the last write batch (the meter writes every 0.2 s)
 
 import asyncio
 import contextlib
-import os
-import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +24,7 @@ from cirrus.db import DatabaseLimits, open_database
 from cirrus.db.postgres import PostgresDatabase
 from cirrus.errors import DependencyUnavailable
 from tests.integration.gateway import SMOLLM, Identities, bearer, provision, write_gateway_catalog
-from tests.integration.server import Server, running_server, wait_until
+from tests.integration.server import Server, kill_now, running_server, wait_until
 from tests.services.postgres import PostgresServer, create_database, dedicated_postgres
 
 DATABASE_TIMEOUT_S = 1.0
@@ -214,27 +212,6 @@ def test_a_gateway_rides_out_a_stopped_then_frozen_database(tmp_path: Path, data
             finally:
                 mend_it()
             assert_recovers(server, database, tmp_path, unchecked, warm + answered)
-
-
-def children_of(pid: int) -> list[int]:
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            if int(stat.read_text().rsplit(")", 1)[-1].split()[1]) == pid:
-                children.append(int(stat.parent.name))
-    return children
-
-
-def kill_now(server: Server) -> None:
-    """SIGKILL the gateway; its workers notice their socket close and exit, or are killed here."""
-    workers = children_of(server.process.pid)
-    server.process.send_signal(signal.SIGKILL)
-    server.process.wait(timeout=10)
-    gone = wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 10.0)
-    if not gone:
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_sigkill_right_after_a_burst_loses_no_usage(tmp_path: Path, database: Database) -> None:

@@ -1,5 +1,6 @@
 """Start a real `cirrus serve` on 127.0.0.1 for a test, with its own settings, and stop it afterwards."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -105,3 +106,24 @@ def process_exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def children_of(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[-1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+    return children
+
+
+def kill_now(server: Server) -> None:
+    """SIGKILL the gateway; its workers notice their socket close and exit, or are killed here."""
+    workers = children_of(server.process.pid)
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait(timeout=10)
+    gone = wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 10.0)
+    if not gone:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -7,12 +7,13 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from cirrus.api.calls import call_of
-from cirrus.api.context import affinity_of, platform_of, request_id_of
+from cirrus.api.context import affinity_of, platform_of
 from cirrus.api.sse import unless_disconnected
 from cirrus.catalog import ModelSpec
 from cirrus.chat import ChatRequest, ChatResult, ChatRun, count_chat_tokens, start_chat
 from cirrus.gateway.answer import Answer
 from cirrus.gateway.call import Call
+from cirrus.platform import Platform
 from cirrus.runtime.params import GenerationInput
 from cirrus.service import InferenceRequest
 
@@ -33,51 +34,55 @@ def resolve_model(request: Request, model: str, stream: bool) -> ModelSpec:
     return platform_of(request).pipeline.resolve(gateway_call(request, stream), model)
 
 
-def inference_request(
-    request: Request,
-    model: str,
-    inputs: GenerationInput,
-    keep_alive_s: float | None,
-    reject_if_busy: bool = False,
-) -> InferenceRequest:
-    affinity = affinity_of(request)
-    return InferenceRequest(
-        request_id_of(request), model, inputs, keep_alive_s, affinity, reject_if_busy=reject_if_busy
-    )
-
-
-async def _answer(request: Request, inference: InferenceRequest, stream: bool) -> Answer:
-    return await platform_of(request).pipeline.run(gateway_call(request, stream), inference)
-
-
 class GatewayChatEngine:
-    """The chat core's engine for one HTTP call: the gateway's pipeline, acting for the call's token."""
+    """The chat core's engine on the gateway's pipeline, acting for one call's token: an HTTP call's
+    (`for_request`), or a batch item's, whose work yields its slot to interactive requests (`preempt`)."""
 
-    def __init__(self, request: Request, stream: bool) -> None:
-        platform = platform_of(request)
+    def __init__(
+        self,
+        platform: Platform,
+        call: Call,
+        affinity: str | None = None,
+        preempt: Callable[[], None] | None = None,
+    ) -> None:
         self.model_files = platform.model_files
         self.catalog = platform.catalog
-        self._request = request
-        self._stream = stream
+        self._pipeline = platform.pipeline
+        self._call = call
+        self._affinity = affinity
+        self._preempt = preempt
+
+    @classmethod
+    def for_request(cls, request: Request, stream: bool) -> "GatewayChatEngine":
+        return cls(platform_of(request), gateway_call(request, stream), affinity_of(request))
 
     def resolve(self, model: str) -> ModelSpec:
-        return resolve_model(self._request, model, self._stream)
+        return self._pipeline.resolve(self._call, model)
 
     async def run(self, model: str, inputs: GenerationInput, request: ChatRequest) -> Answer:
-        inference = inference_request(
-            self._request, model, inputs, request.keep_alive_s, request.reject_if_busy
-        )
-        return await _answer(self._request, inference, self._stream)
+        inference = self._inference(model, inputs, request.keep_alive_s, request.reject_if_busy)
+        return await self._pipeline.run(self._call, inference)
 
     async def count(self, model: str, inputs: GenerationInput) -> int:
-        inference = inference_request(self._request, model, inputs, None)
-        call = gateway_call(self._request, self._stream)
-        return await platform_of(self._request).pipeline.count_tokens(call, inference)
+        return await self._pipeline.count_tokens(self._call, self._inference(model, inputs, None, False))
+
+    def _inference(
+        self, model: str, inputs: GenerationInput, keep_alive_s: float | None, reject_if_busy: bool
+    ) -> InferenceRequest:
+        return InferenceRequest(
+            self._call.request_id,
+            model,
+            inputs,
+            keep_alive_s,
+            self._affinity,
+            reject_if_busy=reject_if_busy,
+            preempt=self._preempt,
+        )
 
 
 async def stream_chat(request: Request, chat: ChatRequest, write: ChatWriter) -> StreamingResponse:
     """Start the answer first, so that errors before its first token are plain HTTP errors."""
-    run = await start_chat(GatewayChatEngine(request, stream=True), chat)
+    run = await start_chat(GatewayChatEngine.for_request(request, stream=True), chat)
     return StreamingResponse(write(run), media_type="text/event-stream")
 
 
@@ -85,7 +90,7 @@ async def whole_chat(request: Request, chat: ChatRequest) -> tuple[ChatRun, Chat
     """The whole answer, while watching for the client to leave."""
 
     async def answered() -> tuple[ChatRun, ChatResult]:
-        run = await start_chat(GatewayChatEngine(request, stream=False), chat)
+        run = await start_chat(GatewayChatEngine.for_request(request, stream=False), chat)
         return run, await run.whole()
 
     return await unless_disconnected(request, answered())
@@ -93,5 +98,5 @@ async def whole_chat(request: Request, chat: ChatRequest) -> tuple[ChatRun, Chat
 
 async def count_chat(request: Request, chat: ChatRequest) -> int:
     """The chat's prompt tokens, while watching for the client to leave (a count may wait for a cold start)."""
-    engine = GatewayChatEngine(request, stream=False)
+    engine = GatewayChatEngine.for_request(request, stream=False)
     return await unless_disconnected(request, count_chat_tokens(engine, chat))

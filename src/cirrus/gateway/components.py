@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from cirrus.auth import Principal
 from cirrus.auth.cache import CachedAuthenticator
 from cirrus.auth.store import Account, IdentityStore
+from cirrus.batches import BatchStore
 from cirrus.cache import DatabaseResponseStore, RedisResponseStore, ResponseCache, ResponseStore
 from cirrus.catalog import Catalog, ModelSpec
 from cirrus.config import Settings
@@ -124,6 +125,7 @@ class GatewayParts:
     budgets: BudgetGuard
     cache: ResponseCache
     responses: StoredResponses
+    batches: BatchStore
     _accounts: TimedLookup
     _input_guards: dict[tuple[str, tuple[str, ...]], InputGuard] = field(default_factory=dict)
     _output_filters: dict[str, OutputFilter | None] = field(default_factory=dict)
@@ -172,6 +174,7 @@ class GatewayParts:
             budgets=budgets,
             cache=ResponseCache(await _response_store(db, redis), settings.cache_ttl_s),
             responses=await StoredResponses.open(db, settings.responses_retention_days * 86400),
+            batches=await BatchStore.open(db),
             _accounts=TimedLookup(settings.auth_cache_ttl_s),
             _redis=redis,
             _holds=holds,

@@ -4,7 +4,8 @@ Requests acquire a lease on an instance of their model. An instance with room is
 the request's prompt prefix in its KV cache, else the least loaded); otherwise, if the model may have another
 instance and its memory fits the budget (after stopping idle instances, least recently used first), one is
 cold-started; otherwise the request waits in the model's bounded queue until something changes or its deadline
-passes. Idle instances are stopped when their keep-alive runs out, except pinned ones. A watchdog
+passes. Background work (batch items) takes only what no interactive request wants, and is preempted when one
+has to wait (`pool.background`). Idle instances are stopped when their keep-alive runs out, except pinned ones. A watchdog
 kills workers that stop answering or stop making progress; their instances leave the pool like any whose worker
 exited, and the next request cold-starts a new one.
 """
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 from cirrus.catalog import ModelSpec
 from cirrus.errors import CapacityExceeded, ModelTooLarge, RequestTimeout
 from cirrus.pool.affinity import AffinityTable
+from cirrus.pool.background import BackgroundLeases
 from cirrus.pool.cores import cores_each
 from cirrus.pool.instance import Instance, InstanceState, InstanceStatus, Worker
 from cirrus.pool.prefix_routes import PrefixRoutes
@@ -36,7 +38,7 @@ class Launcher(Protocol):
     async def launch(self, spec: ModelSpec) -> Worker: ...
 
 
-@dataclass
+@dataclass(eq=False)
 class Lease:
     """The right to send one request to one instance. Release it exactly once."""
 
@@ -51,7 +53,7 @@ class Lease:
         return self.instance.worker
 
     def release(self, keep_alive_s: float | None = None) -> None:
-        self._pool._release(self.instance, keep_alive_s)
+        self._pool._release_lease(self, keep_alive_s)
 
     def settled_now(self, stream_id: str) -> bool:
         """No cancel of this stream is waiting for the worker: the slot can be released at once."""
@@ -80,7 +82,8 @@ class Pool:
         self._default_keep_alive_s = default_keep_alive_s
         self._clock = clock
         self._instances: list[Instance] = []
-        self._waiting: dict[str, int] = {}
+        self._waiting: dict[str, int] = {}  # interactive requests only
+        self._background = BackgroundLeases()
         self._changed = asyncio.Condition()
         self._stops: set[asyncio.Task[None]] = set()
         self._affinity = AffinityTable()
@@ -124,6 +127,7 @@ class Pool:
         *,
         chain: PromptChain | None = None,
         reject_if_busy: bool = False,
+        preempt: Callable[[], None] | None = None,
     ) -> Lease:
         """Lease a slot on an instance of spec, cold-starting one if needed; deadline is on the loop's clock.
         With `reject_if_busy` (Workers AI's `rejectIfBusy`) a request that would have to wait for a slot is
@@ -133,23 +137,65 @@ class Pool:
         Requests with the same affinity key go to the same instance while it has room, so they find their
         earlier turns in its prefix cache. Without one (or when it is full), `chain`, the request's prompt keys,
         sends it to the instance that served the longest prefix of its prompt (see `_by_prefix`).
+
+        With `preempt`, the request is background work: it waits outside the bounded queue, takes a slot only
+        while no interactive request of any model waits (and a cold start only if it evicts nothing), and
+        `preempt` is called when an interactive request needs its slot (`pool.background`).
         """
         enqueued = asyncio.get_running_loop().time()
+        if preempt is not None:
+            instance, cold = await self._background_slot(spec, deadline, chain)
+        else:
+            instance, cold = await self._interactive_slot(spec, deadline, affinity, chain, reject_if_busy)
+        if affinity is not None:
+            self._affinity.remember(affinity, instance.id)
+        if chain is not None:
+            self._routes.remember(chain.hashes, instance.id)
+        lease = Lease(instance, cold, asyncio.get_running_loop().time() - enqueued, self)
+        if preempt is not None:
+            self._background.hold(lease, spec.id, preempt)
+            self._preempt_for_waiting(
+                spec.id
+            )  # a request that came during its cold start waits for this slot
+        return lease
+
+    async def _interactive_slot(
+        self,
+        spec: ModelSpec,
+        deadline: float,
+        affinity: str | None,
+        chain: PromptChain | None,
+        reject_if_busy: bool,
+    ) -> tuple[Instance, bool]:
         if self.waiting(spec.id) >= self._queue_size and self._with_room(spec.id, affinity, chain) is None:
             raise CapacityExceeded("Capacity temporarily exceeded, please try again.", retry_after_s=1.0)
         self._waiting[spec.id] = self.waiting(spec.id) + 1
         try:
             async with asyncio.timeout_at(deadline):
-                instance, cold = await self._obtain(spec, affinity, chain, reject_if_busy)
+                return await self._obtain(spec, affinity, chain, reject_if_busy)
         except TimeoutError:
             raise RequestTimeout(f"the request waited in {spec.id}'s queue past its time limit") from None
         finally:
             self._waiting[spec.id] -= 1
-        if affinity is not None:
-            self._affinity.remember(affinity, instance.id)
-        if chain is not None:
-            self._routes.remember(chain.hashes, instance.id)
-        return Lease(instance, cold, asyncio.get_running_loop().time() - enqueued, self)
+
+    async def _background_slot(
+        self, spec: ModelSpec, deadline: float, chain: PromptChain | None
+    ) -> tuple[Instance, bool]:
+        needed = await self._launcher.estimate_bytes(spec)
+        self._check_can_ever_fit(spec, needed)
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    if not any(self._waiting.values()):
+                        instance = self._with_room(spec.id, None, chain)
+                        if instance is not None:
+                            return self._take(instance), False
+                        if self._may_add_instance(spec) and self._victims_for(needed) == []:
+                            return await self._cold_start(spec, needed, []), True
+                    async with self._changed:
+                        await self._changed.wait()
+        except TimeoutError:
+            raise RequestTimeout(f"background work waited for {spec.id} past its time limit") from None
 
     async def prewarm(self, spec: ModelSpec, timeout_s: float) -> InstanceStatus:
         lease = await self.acquire(spec, asyncio.get_running_loop().time() + timeout_s)
@@ -259,9 +305,7 @@ class Pool:
         while True:
             instance = self._with_room(spec.id, affinity, chain)
             if instance is not None:
-                instance.active += 1
-                self._share_cores()
-                return instance, False
+                return self._take(instance), False
             victims = self._victims_for(needed) if self._may_add_instance(spec) else None
             if victims is not None:
                 return await self._cold_start(spec, needed, victims), True
@@ -270,8 +314,18 @@ class Pool:
                     f"{spec.id} is busy: no instance has a free slot and none can start now (rejectIfBusy)",
                     retry_after_s=1.0,
                 )
+            self._preempt_for_waiting(spec.id)
             async with self._changed:
                 await self._changed.wait()
+
+    def _preempt_for_waiting(self, model_id: str) -> None:
+        if self.waiting(model_id) and self._background.preempt_for(model_id, self.waiting(model_id)):
+            log.info("preempted background work on %s for a waiting request", model_id)
+
+    def _take(self, instance: Instance) -> Instance:
+        instance.active += 1
+        self._share_cores()
+        return instance
 
     def _check_can_ever_fit(self, spec: ModelSpec, needed: int) -> None:
         pinned = sum(i.memory_bytes for i in self._instances if i.spec.pinned and i.spec.id != spec.id)
@@ -350,6 +404,10 @@ class Pool:
 
     # -- state changes ----------------------------------------------------------------------------------------
 
+    def _release_lease(self, lease: Lease, keep_alive_s: float | None) -> None:
+        self._background.drop(lease)
+        self._release(lease.instance, keep_alive_s)
+
     def _release(self, instance: Instance, keep_alive_s: float | None) -> None:
         instance.active -= 1
         instance.last_used = self._clock()
@@ -368,7 +426,7 @@ class Pool:
                 with contextlib.suppress(Exception):
                     await lease.worker.settled(stream_id)
             finally:
-                self._release(lease.instance, keep_alive_s)
+                self._release_lease(lease, keep_alive_s)
 
         return self._spawn(settle_then_release())
 

@@ -17,6 +17,7 @@ from cirrus.api.workers_ai import run
 from cirrus.platform import Platform
 from cirrus.server.access_log import AccessLogMiddleware
 from cirrus.server.auth import AuthMiddleware
+from cirrus.server.batches import running_batches
 from cirrus.server.body_limit import BodyLimitMiddleware
 from cirrus.server.handlers import install_handlers
 from cirrus.server.json_body import JsonBodyMiddleware
@@ -57,10 +58,11 @@ def build_api(platform: Platform) -> FastAPI:
     """The routes and error handlers, without the middleware; the lifespan starts and closes the platform."""
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await platform.start()
         try:
-            yield
+            async with running_batches(app, platform):
+                yield
         finally:
             await platform.close()
 

@@ -4,13 +4,15 @@ resolved first and the body validated against its task's input."""
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body, Query, Request
 from pydantic.json_schema import models_json_schema
 
+from cirrus.api.context import platform_of
 from cirrus.api.embeddings import embed
 from cirrus.api.inference import resolve_model, stream_chat, whole_chat
 from cirrus.api.path_parameters import account_parameter
 from cirrus.api.sse import DONE, sse_data
+from cirrus.api.workers_ai.batch import queue_or_poll
 from cirrus.api.workers_ai.encode import embedding_body, result_body, stream_payloads
 from cirrus.api.workers_ai.inputs import INPUTS, chat_request, task_input
 from cirrus.api.workers_ai.schemas import (
@@ -49,9 +51,17 @@ async def _embed(request: Request, spec: ModelSpec, body: TextEmbeddingsInput) -
     return envelope(embedding_body(result))
 
 
-async def run_model(model: str, request: Request, body: Annotated[dict[str, Any], Body()]) -> Any:
-    stream = body.get("stream") is True
+async def run_model(
+    model: str,
+    request: Request,
+    body: Annotated[dict[str, Any], Body()],
+    queue_request: Annotated[bool, Query(alias="queueRequest")] = False,
+) -> Any:
+    """With `queueRequest=true`, Workers AI's async Batch API (`api.workers_ai.batch`)."""
+    stream = body.get("stream") is True and not queue_request
     spec = resolve_model(request, model, stream)
+    if queue_request:
+        return await queue_or_poll(request, platform_of(request), spec, body)
     inputs = task_input(spec, body)
     if isinstance(inputs, TextEmbeddingsInput):
         return await _embed(request, spec, inputs)

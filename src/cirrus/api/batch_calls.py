@@ -1,0 +1,33 @@
+"""A batch item's gateway call: it acts for the token that sent the batch, as that token stands when the item
+runs (a token revoked or expired since fails the items not yet run), on the same pipeline as an HTTP call, so
+scopes, limits, budgets, metering, cache and guardrails apply to each item. Its request id is
+`<batch id>/<position>`: the item's usage record carries its batch."""
+
+import asyncio
+import time
+
+from cirrus.auth import OPEN_PRINCIPAL, Principal
+from cirrus.batches import Batch, Claim
+from cirrus.errors import Unauthorized
+from cirrus.gateway.call import Call
+from cirrus.platform import Platform
+
+
+async def batch_principal(platform: Platform, batch: Batch) -> Principal:
+    if batch.token_id is None:
+        return OPEN_PRINCIPAL
+    info = await platform.gateway.identity.get_token(batch.token_id)
+    if info is None or not info.usable(time.time()):
+        raise Unauthorized("the token that sent this batch was revoked or has expired")
+    return info.principal()
+
+
+async def batch_call(platform: Platform, claim: Claim) -> Call:
+    principal = await batch_principal(platform, claim.batch)
+    return Call(
+        request_id=f"{claim.batch.id}/{claim.item.position}",
+        principal=principal,
+        route=claim.batch.shape,
+        headers={},
+        deadline=asyncio.get_running_loop().time() + platform.settings.batch_item_timeout_s,
+    )

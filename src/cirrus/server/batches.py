@@ -1,0 +1,42 @@
+"""The batch runner of a gateway: started with the app, stopped before the platform closes, so items in flight
+go back to the queue (another gateway, or this one after a restart, runs them)."""
+
+import asyncio
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from cirrus.api.workers_ai.batch_items import WorkersAiItems
+from cirrus.batches.runner import BatchRunner, RunnerSettings
+from cirrus.platform import Platform
+
+
+def runner_settings(platform: Platform) -> RunnerSettings:
+    settings = platform.settings
+    return RunnerSettings(
+        concurrency=settings.batch_concurrency,
+        lease_s=settings.batch_lease_s,
+        keep_s=settings.batch_retention_days * 86_400.0,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_batches(app: FastAPI, platform: Platform) -> AsyncIterator[None]:
+    if not platform.gateway_open:
+        yield
+        return
+    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    items = WorkersAiItems(platform)
+    runner = BatchRunner(platform.gateway.batches, items.execute, holder, runner_settings(platform))
+    app.state.batch_runner = runner
+    task = asyncio.create_task(runner.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
