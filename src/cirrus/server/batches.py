@@ -10,9 +10,24 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
+from cirrus.api.workers_ai.batch import SHAPE
 from cirrus.api.workers_ai.batch_items import WorkersAiItems
-from cirrus.batches.runner import BatchRunner, RunnerSettings
+from cirrus.batches import Claim, ItemState
+from cirrus.batches.runner import BatchRunner, Execute, Outcome, Preempt, RunnerSettings
 from cirrus.platform import Platform
+
+
+def by_shape(executors: dict[str, Execute]) -> Execute:
+    """Each item runs as the API that queued its batch answers (`Batch.shape`)."""
+
+    async def execute(claim: Claim, preempt: Preempt) -> Outcome:
+        executor = executors.get(claim.batch.shape)
+        if executor is None:
+            message = f"no runner for batches of shape {claim.batch.shape!r}"
+            return Outcome(ItemState.FAILED, error={"code": 3000, "message": message})
+        return await executor(claim, preempt)
+
+    return execute
 
 
 def runner_settings(platform: Platform) -> RunnerSettings:
@@ -30,8 +45,8 @@ async def running_batches(app: FastAPI, platform: Platform) -> AsyncIterator[Non
         yield
         return
     holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    items = WorkersAiItems(platform)
-    runner = BatchRunner(platform.gateway.batches, items.execute, holder, runner_settings(platform))
+    executors: dict[str, Execute] = {SHAPE: WorkersAiItems(platform).execute}
+    runner = BatchRunner(platform.gateway.batches, by_shape(executors), holder, runner_settings(platform))
     app.state.batch_runner = runner
     task = asyncio.create_task(runner.run())
     try:
