@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from cirrus.auth.cli import register as register_identity
+from cirrus.batches.cli import register as register_batch
 from cirrus.catalog import DEFAULT_MODEL, CatalogEntry, CatalogError, load_catalog
 from cirrus.catalog.footprint import fit, footprints
 from cirrus.catalog.registered import registered_models_path
@@ -314,6 +315,7 @@ def _parser() -> argparse.ArgumentParser:
     register_identity(commands)
     register_pack(commands)
     register_usage(commands)
+    register_batch(commands)
     register_evals(commands)
     register_registry(commands)
     return parser

@@ -3,11 +3,15 @@ position; bad requests are refused before anything is queued; an interactive req
 running batch on a one-slot model (it preempts an item, which runs again); a gateway killed mid-batch loses and
 duplicates nothing once it is back."""
 
+import json
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cloudflare
 import httpx
 import pytest
 
@@ -136,3 +140,60 @@ def test_a_gateway_killed_mid_batch_loses_and_duplicates_nothing(tmp_path: Path)
     with sqlite3.connect(tmp_path / "state" / "cirrus.db") as db:
         states = db.execute("SELECT state, COUNT(*) FROM batch_items GROUP BY state").fetchall()
     assert states == [("succeeded", 5)]
+
+
+def test_the_cloudflare_sdk_queues_and_polls_through_its_extra_fields(server: Server) -> None:
+    """The SDK types no `queueRequest`; its documented `extra_query` / `extra_body` carry it, unmodified."""
+    with cloudflare.Cloudflare(api_token="unused", base_url=f"{server.url}/client/v4", max_retries=0) as cf:
+        queued: Any = cf.ai.run(
+            SMOLLM,
+            account_id="acct-sdk",
+            extra_query={"queueRequest": "true"},
+            extra_body={
+                "requests": [{"prompt": "Name a fruit.", "max_tokens": 6, "external_reference": "f"}]
+            },
+        )
+        request_id = dict(queued)["request_id"]
+
+        def polled() -> dict[str, Any]:
+            answer: Any = cf.ai.run(
+                SMOLLM,
+                account_id="acct-sdk",
+                extra_query={"queueRequest": "true"},
+                extra_body={"request_id": request_id},
+            )
+            return dict(answer)
+
+        assert wait_until(lambda: "responses" in polled(), 120.0)
+        [response] = polled()["responses"]
+    assert (response["success"], response["external_reference"]) == (True, "f")
+
+
+def test_the_cli_submits_a_jsonl_file_and_prints_the_results_in_order(server: Server, tmp_path: Path) -> None:
+    lines = [
+        {"prompt": f"Name a number above {n}.", "max_tokens": 6, "external_reference": f"n{n}"}
+        for n in range(3)
+    ]
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cli = [sys.executable, "-m", "cirrus.cli", "batch"]
+    where = ["--model", SMOLLM, "--url", server.url]
+    submitted = subprocess.run(
+        [*cli, "submit", str(requests), *where], capture_output=True, text=True, timeout=60
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    request_id = submitted.stdout.strip()
+    done = subprocess.run([*cli, "results", request_id, *where], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    responses = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["id"], r["external_reference"], r["success"]) for r in responses] == [
+        (0, "n0", True),
+        (1, "n1", True),
+        (2, "n2", True),
+    ]
+    status = subprocess.run([*cli, "status", request_id, *where], capture_output=True, text=True, timeout=60)
+    assert json.loads(status.stdout)["request_id"] == request_id
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\nnot json\n')
+    refused = subprocess.run([*cli, "submit", str(bad), *where], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "bad.jsonl:2" in refused.stderr
