@@ -276,9 +276,9 @@ def stop_server(server: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def cirrus_server(threads: int, log: IO[str]) -> Iterator[httpx.Client]:
+def cirrus_server(threads: int, log: IO[str], **settings: str) -> Iterator[httpx.Client]:
     """A Cirrus server with a state folder of its own, so that no prefix cache an earlier run left on disk
-    (runtime/disk_tier.py) answers for this one."""
+    (runtime/disk_tier.py) answers for this one; `settings` as CIRRUS_* variables (batch_concurrency="8")."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="cirrus-bench-state-") as state:
         env = {
@@ -286,6 +286,7 @@ def cirrus_server(threads: int, log: IO[str]) -> Iterator[httpx.Client]:
             "CIRRUS_THREADS": str(threads),
             "CIRRUS_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S),
             "CIRRUS_STATE_DIR": state,
+            **{f"CIRRUS_{name.upper()}": value for name, value in settings.items()},
         }
         command = [sys.executable, "-m", "cirrus.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
         server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
