@@ -121,3 +121,26 @@ async def test_background_work_that_cold_started_an_instance_a_request_now_waits
     assert preempted == ["now"]  # as soon as it holds the slot the waiting request wants
     background.release()
     (await asyncio.wait_for(interactive, 1)).release()
+
+
+FOUR_SLOTS = spec("four", keep_alive_s=60, parallel=4)
+
+
+async def test_beside_interactive_requests_background_work_keeps_half_the_slots() -> None:
+    launcher = FakeLauncher({FOUR_SLOTS.id: 100 * MB})
+    pool = Pool(launcher, 1000 * MB, 4, default_keep_alive_s=300)
+    preempted: list[int] = []
+    background = [
+        await pool.acquire(FOUR_SLOTS, deadline(), preempt=functools.partial(preempted.append, n))
+        for n in range(3)
+    ]
+    interactive = await pool.acquire(FOUR_SLOTS, deadline())  # the fourth slot was free
+    assert preempted == [2]  # the newest beyond the share of 2 (slots 4 // 2)
+    background[2].release()
+    grow = asyncio.ensure_future(pool.acquire(FOUR_SLOTS, deadline(), preempt=lambda: None))
+    await asyncio.sleep(0.01)
+    assert not grow.done()  # a slot is free, but background work already holds its share
+    interactive.release()
+    (await asyncio.wait_for(grow, 1)).release()  # no interactive request left: it may use every slot
+    for lease in background[:2]:
+        lease.release()

@@ -1,9 +1,12 @@
 """Background work's leases (batch items) and their preemption.
 
-Background work takes only slots that no interactive request wants. When an interactive request has to wait and
-background work holds a slot of its model, one background lease per waiting request is preempted: its holder's
-callback stops the work (the worker frees the slot at its next decode step), the item goes back to its queue,
-and the freed slot goes to the interactive request, which background waiters never take while it waits.
+Background work takes only slots that no interactive request wants, and yields them two ways:
+- an interactive request that has to wait preempts one background lease of its model per waiting request;
+- background sequences share every decode step with interactive ones and slow them all, so while an instance
+  serves interactive requests, background work keeps at most half its slots (`share`), and the newest
+  background leases beyond that are preempted when an interactive request starts there.
+A preempted holder's callback stops the work (the worker frees the slot at its next decode step) and the item
+goes back to its queue.
 """
 
 from collections.abc import Callable
@@ -13,22 +16,29 @@ from dataclasses import dataclass
 @dataclass(eq=False)
 class _Held:
     model_id: str
+    instance: object
     preempt: Callable[[], None]
     preempted: bool = False
+
+
+def share(slots: int) -> int:
+    """The slots background work may keep on an instance that serves interactive requests."""
+    return max(1, slots // 2)
 
 
 class BackgroundLeases:
     def __init__(self) -> None:
         self._held: dict[object, _Held] = {}
 
-    def hold(self, lease: object, model_id: str, preempt: Callable[[], None]) -> None:
-        self._held[lease] = _Held(model_id, preempt)
+    def hold(self, lease: object, model_id: str, instance: object, preempt: Callable[[], None]) -> None:
+        self._held[lease] = _Held(model_id, instance, preempt)
 
     def drop(self, lease: object) -> None:
         self._held.pop(lease, None)
 
-    def held(self, model_id: str) -> int:
-        return sum(1 for held in self._held.values() if held.model_id == model_id)
+    def held_on(self, instance: object) -> int:
+        """Background leases on the instance, preempted ones that have not given their slot back included."""
+        return sum(1 for held in self._held.values() if held.instance is instance)
 
     def preempt_for(self, model_id: str, waiting: int) -> bool:
         """Preempt the newest background lease of the model unless `waiting` preemptions are already under way
@@ -39,7 +49,18 @@ class BackgroundLeases:
         running = [held for held in mine if not held.preempted]
         if not running:
             return False
-        victim = running[-1]
-        victim.preempted = True
-        victim.preempt()
+        _preempt(running[-1])
         return True
+
+    def preempt_beyond(self, instance: object, keep: int) -> int:
+        """Preempt the newest running background leases on the instance beyond `keep`; how many were."""
+        running = [held for held in self._held.values() if held.instance is instance and not held.preempted]
+        excess = running[keep:]
+        for held in reversed(excess):
+            _preempt(held)
+        return len(excess)
+
+
+def _preempt(held: _Held) -> None:
+    held.preempted = True
+    held.preempt()

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from cirrus.catalog import ModelSpec
 from cirrus.errors import CapacityExceeded, ModelTooLarge, RequestTimeout
 from cirrus.pool.affinity import AffinityTable
-from cirrus.pool.background import BackgroundLeases
+from cirrus.pool.background import BackgroundLeases, share
 from cirrus.pool.cores import cores_each
 from cirrus.pool.instance import Instance, InstanceState, InstanceStatus, Worker
 from cirrus.pool.prefix_routes import PrefixRoutes
@@ -153,7 +153,7 @@ class Pool:
             self._routes.remember(chain.hashes, instance.id)
         lease = Lease(instance, cold, asyncio.get_running_loop().time() - enqueued, self)
         if preempt is not None:
-            self._background.hold(lease, spec.id, preempt)
+            self._background.hold(lease, spec.id, instance, preempt)
             self._preempt_for_waiting(
                 spec.id
             )  # a request that came during its cold start waits for this slot
@@ -187,7 +187,7 @@ class Pool:
             async with asyncio.timeout_at(deadline):
                 while True:
                     if not any(self._waiting.values()):
-                        instance = self._with_room(spec.id, None, chain)
+                        instance = self._with_room_for_background(spec.id, chain)
                         if instance is not None:
                             return self._take(instance), False
                         if self._may_add_instance(spec) and self._victims_for(needed) == []:
@@ -305,6 +305,7 @@ class Pool:
         while True:
             instance = self._with_room(spec.id, affinity, chain)
             if instance is not None:
+                self._yield_compute(instance)
                 return self._take(instance), False
             victims = self._victims_for(needed) if self._may_add_instance(spec) else None
             if victims is not None:
@@ -321,6 +322,25 @@ class Pool:
     def _preempt_for_waiting(self, model_id: str) -> None:
         if self.waiting(model_id) and self._background.preempt_for(model_id, self.waiting(model_id)):
             log.info("preempted background work on %s for a waiting request", model_id)
+
+    def _with_room_for_background(self, model_id: str, chain: PromptChain | None) -> Instance | None:
+        """A free slot where background work may take it: an instance without interactive requests, or one
+        whose background sequences are below their `share`."""
+        instance = self._with_room(model_id, None, chain)
+        if instance is None or self._background_may_grow(instance):
+            return instance
+        candidates = [i for i in self._instances if i.spec.id == model_id and i.has_room]
+        return next((i for i in candidates if self._background_may_grow(i)), None)
+
+    def _background_may_grow(self, instance: Instance) -> bool:
+        background = self._background.held_on(instance)
+        interactive = instance.active - background
+        return interactive == 0 or background < share(instance.spec.parallel)
+
+    def _yield_compute(self, instance: Instance) -> None:
+        """An interactive request starts here: background work keeps at most its share of the instance."""
+        if self._background.preempt_beyond(instance, share(instance.spec.parallel)):
+            log.info("background work on %s yields to interactive requests", instance.spec.id)
 
     def _take(self, instance: Instance) -> Instance:
         instance.active += 1
