@@ -3,6 +3,7 @@ tokens) under a deadline, release, and say what the worker actually processed (f
 early)."""
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -253,6 +254,7 @@ class InferenceService:
         queued in it) did no work for it: that is tried again, once, on another instance, within the same
         deadline. A crash after admission is the caller's 502: the request may be what crashed it."""
         chain = prompt_chain(request.inputs)
+        inputs = dataclasses.replace(request.inputs, background=True) if request.preempt else request.inputs
         for attempt in (1, 2):
             lease = await self.pool.acquire(
                 spec,
@@ -262,7 +264,7 @@ class InferenceService:
                 reject_if_busy=request.reject_if_busy,
                 preempt=request.preempt,
             )
-            events = lease.worker.generate(request.request_id, request.inputs, deadline, progress)
+            events = lease.worker.generate(request.request_id, inputs, deadline, progress)
             try:
                 first = await anext(events)
             except BaseException as exc:

@@ -8,16 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
-from cirrus.catalog import load_catalog
-from cirrus.catalog.artifacts import locate
 from cirrus.families.json_schema_grammar import json_object_grammar, json_schema_grammar
-from cirrus.runtime.frames import Frame
-from cirrus.runtime.llama import ContextShape, LlamaModel
 from cirrus.runtime.params import GenerationInput, SamplingParams
-from cirrus.runtime.prefix_cache import PrefixCache, sequence_ids
-from cirrus.runtime.prompts import PromptBuilder
-from cirrus.runtime.scheduler import BatchScheduler
 from tests.integration.conftest import SMOLLM
+from tests.integration.inprocess_engine import Engine, smollm_engine
 from tests.integration.server import Server
 
 pytestmark = pytest.mark.integration
@@ -36,40 +30,10 @@ PERSON = {
 SLOTS = 4
 
 
-class Engine:
-    """The worker's scheduler over SmolLM2, driven step by step in this process."""
-
-    def __init__(self, scheduler: BatchScheduler, frames: list[Frame]) -> None:
-        self._scheduler = scheduler
-        self._frames = frames
-
-    def run(self, requests: dict[str, GenerationInput]) -> dict[str, tuple[str, Frame]]:
-        """Every request at once (batched together), to their ends: text and finishing frame."""
-        self._frames.clear()
-        for request_id, inputs in requests.items():
-            self._scheduler.submit({"type": "generate", "id": request_id, "input": inputs.to_frame()})
-        while self._scheduler.busy:
-            self._scheduler.step()
-        results = {}
-        for request_id in requests:
-            frames = [frame for frame in self._frames if frame["id"] == request_id]
-            text = "".join(str(frame["text"]) for frame in frames if frame["type"] == "text")
-            results[request_id] = (text, frames[-1])
-        return results
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    directory = tmp_path_factory.mktemp("json-mode")
-    path = locate(load_catalog(None, directory).get(SMOLLM).artifact, directory)
-    assert path is not None
-    ids = sequence_ids(SLOTS)
-    model = LlamaModel(str(path), ContextShape(kv_cells=4096, sequences=ids, threads=2))
-    prompts = PromptBuilder(model, model.metadata("tokenizer.chat_template"))
-    frames: list[Frame] = []
-    cache = PrefixCache(model, ids, None, idle_tokens=1024)
-    yield Engine(BatchScheduler(model, prompts, SLOTS, 2048, frames.append, lambda _: False, cache), frames)
-    model.close()
+    with smollm_engine(tmp_path_factory.mktemp("json-mode"), SLOTS) as running:
+        yield running
 
 
 def json_request(prompt: str, max_tokens: int, grammar: str, json_mode: bool = True) -> GenerationInput:

@@ -144,3 +144,19 @@ async def test_beside_interactive_requests_background_work_keeps_half_the_slots(
     (await asyncio.wait_for(grow, 1)).release()  # no interactive request left: it may use every slot
     for lease in background[:2]:
         lease.release()
+
+
+SCALES_OUT = spec("scales", keep_alive_s=60, max_instances=2)
+
+
+async def test_an_interactive_request_takes_a_background_slot_rather_than_start_another_instance() -> None:
+    launcher = FakeLauncher({SCALES_OUT.id: 100 * MB})
+    pool = Pool(launcher, 1000 * MB, 4, default_keep_alive_s=300)
+    preemptions = Preemptions()
+    preemptions.leases.append(await pool.acquire(SCALES_OUT, deadline(), preempt=preemptions.callback))
+    waiting_background = asyncio.ensure_future(pool.acquire(SCALES_OUT, deadline(), preempt=lambda: None))
+    await asyncio.sleep(0.01)
+    assert not waiting_background.done()  # background work never scales a model out
+    (await asyncio.wait_for(pool.acquire(SCALES_OUT, deadline()), 1)).release()
+    assert preemptions.count == 1 and len(launcher.launched) == 1
+    (await asyncio.wait_for(waiting_background, 1)).release()

@@ -8,9 +8,19 @@ import time
 
 from cirrus.auth import OPEN_PRINCIPAL, Principal
 from cirrus.batches import Batch, Claim
-from cirrus.errors import Unauthorized
+from cirrus.errors import (
+    CapacityExceeded,
+    DailyAllocationExhausted,
+    DependencyUnavailable,
+    NoNodeAvailable,
+    RateLimited,
+    Unauthorized,
+)
 from cirrus.gateway.call import Call
 from cirrus.platform import Platform
+
+# Refusals that pass: the item waits and runs later instead of failing.
+TRANSIENT = (RateLimited, CapacityExceeded, DependencyUnavailable, NoNodeAvailable, DailyAllocationExhausted)
 
 
 async def batch_principal(platform: Platform, batch: Batch) -> Principal:

@@ -17,6 +17,7 @@ from cirrus.catalog import Catalog, ModelSpec
 from cirrus.config import Settings
 from cirrus.db import Database, DatabaseLimits, open_database
 from cirrus.errors import DependencyUnavailable
+from cirrus.files import FileStore
 from cirrus.gateway.open_mode import is_loopback
 from cirrus.guardrails import InputGuard, OutputFilter
 from cirrus.metering.alerts import BudgetAlerts
@@ -126,6 +127,7 @@ class GatewayParts:
     cache: ResponseCache
     responses: StoredResponses
     batches: BatchStore
+    files: FileStore
     _accounts: TimedLookup
     _input_guards: dict[tuple[str, tuple[str, ...]], InputGuard] = field(default_factory=dict)
     _output_filters: dict[str, OutputFilter | None] = field(default_factory=dict)
@@ -175,6 +177,7 @@ class GatewayParts:
             cache=ResponseCache(await _response_store(db, redis), settings.cache_ttl_s),
             responses=await StoredResponses.open(db, settings.responses_retention_days * 86400),
             batches=await BatchStore.open(db),
+            files=await FileStore.open(db),
             _accounts=TimedLookup(settings.auth_cache_ttl_s),
             _redis=redis,
             _holds=holds,
@@ -232,8 +235,9 @@ class GatewayParts:
             try:
                 await self.cache.purge_expired()
                 await self.responses.purge_expired()
+                await self.files.purge_expired()
             except Exception:
-                log.exception("could not purge expired cache entries or stored responses")
+                log.exception("could not purge expired cache entries, stored responses or files")
 
 
 def database_limits(settings: Settings, metrics: Metrics | None = None) -> DatabaseLimits:

@@ -36,6 +36,11 @@ class BackgroundLeases:
     def drop(self, lease: object) -> None:
         self._held.pop(lease, None)
 
+    def holds(self, model_id: str) -> bool:
+        """Background work holds slots of the model: a request that must wait takes one of those (a decode
+        step away) rather than start another instance."""
+        return any(held.model_id == model_id for held in self._held.values())
+
     def held_on(self, instance: object) -> int:
         """Background leases on the instance, preempted ones that have not given their slot back included."""
         return sum(1 for held in self._held.values() if held.instance is instance)

@@ -190,7 +190,7 @@ class Pool:
                         instance = self._with_room_for_background(spec.id, chain)
                         if instance is not None:
                             return self._take(instance), False
-                        if self._may_add_instance(spec) and self._victims_for(needed) == []:
+                        if self._may_start_for_background(spec, needed):
                             return await self._cold_start(spec, needed, []), True
                     async with self._changed:
                         await self._changed.wait()
@@ -308,7 +308,7 @@ class Pool:
                 self._yield_compute(instance)
                 return self._take(instance), False
             victims = self._victims_for(needed) if self._may_add_instance(spec) else None
-            if victims is not None:
+            if victims is not None and not self._background.holds(spec.id):
                 return await self._cold_start(spec, needed, victims), True
             if reject_if_busy:
                 raise CapacityExceeded(
@@ -322,6 +322,13 @@ class Pool:
     def _preempt_for_waiting(self, model_id: str) -> None:
         if self.waiting(model_id) and self._background.preempt_for(model_id, self.waiting(model_id)):
             log.info("preempted background work on %s for a waiting request", model_id)
+
+    def _may_start_for_background(self, spec: ModelSpec, needed: int) -> bool:
+        """Background work starts a model that has no instance, if nothing has to be evicted for it; it never
+        scales a model out: a second instance would take cores and memory from interactive requests."""
+        if any(i.spec.id == spec.id for i in self._instances):
+            return False
+        return self._may_add_instance(spec) and self._victims_for(needed) == []
 
     def _with_room_for_background(self, model_id: str, chain: PromptChain | None) -> Instance | None:
         """A free slot where background work may take it: an instance without interactive requests, or one

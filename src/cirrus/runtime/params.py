@@ -29,6 +29,7 @@ class GenerationInput:
 
     `family` names the chat format (cirrus.families) that renders the messages, with `tools` and
     `enable_thinking` passed to its template; without one the model's own template renders the messages as sent.
+    `background` marks batch work: the worker pauses it for the steps that evaluate an interactive prompt.
     """
 
     prompt: str | None = None
@@ -38,6 +39,7 @@ class GenerationInput:
     family: str | None = None
     tools: tuple[dict[str, Any], ...] | None = None
     enable_thinking: bool | None = None
+    background: bool = False
 
     def to_frame(self) -> dict[str, Any]:
         frame = asdict(self)
@@ -60,6 +62,7 @@ class GenerationInput:
             family=frame.get("family"),
             tools=tuple(tools) if tools is not None else None,
             enable_thinking=frame.get("enable_thinking"),
+            background=bool(frame.get("background", False)),
         )
 
 

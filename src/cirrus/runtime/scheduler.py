@@ -115,6 +115,7 @@ class BatchScheduler:
                 fed=placement.reuse,
                 reasoning=self._reasoning_counter(prompt),
                 steering=steering,
+                background=inputs.background,
             )
         )
         # The server learns the prompt's size now, so work cut short by a crash is still billed for it.
@@ -158,12 +159,16 @@ class BatchScheduler:
     # -- one decode step --------------------------------------------------------------------------------------
 
     def _plan(self) -> StepPlan:
+        """While an interactive prompt is evaluated, background sequences sit the step out: their tokens would
+        make every step of that prompt, and so its first token, slower."""
         plan, room = StepPlan(), self._model.batch_tokens
-        for sequence in self._running:
+        urgent = any(s.prefilling and not s.background for s in self._running)
+        taking = [s for s in self._running if not (urgent and s.background)]
+        for sequence in taking:
             if not sequence.prefilling and sequence.next_token is not None:
                 self._add(plan, sequence, [sequence.next_token], sample=True)
                 room -= 1
-        for sequence in self._running:
+        for sequence in taking:
             if sequence.prefilling and room > 0:
                 chunk = sequence.prompt[sequence.fed : sequence.fed + room]
                 self._add(plan, sequence, chunk, sample=sequence.fed + len(chunk) == len(sequence.prompt))

@@ -50,6 +50,7 @@ class Sequence:
     finish_reason: str | None = None
     reasoning: ReasoningCounter = field(default_factory=lambda: ReasoningCounter(None))
     steering: JsonSteering | None = None  # JSON mode: closes the answer before the budget runs out
+    background: bool = False  # batch work: paused while an interactive prompt is evaluated
     matcher: StopMatcher = field(init=False)
     utf8: Utf8Assembler = field(default_factory=Utf8Assembler)
 

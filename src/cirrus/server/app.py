@@ -10,7 +10,7 @@ from starlette.types import ASGIApp
 
 from cirrus.api import account_usage, admin, health, metrics
 from cirrus.api.anthropic import messages
-from cirrus.api.openai import chat, completions, embeddings, responses
+from cirrus.api.openai import batches, chat, completions, embeddings, files, responses
 from cirrus.api.openai import models as openai_models
 from cirrus.api.workers_ai import models as workers_ai_models
 from cirrus.api.workers_ai import run
@@ -36,6 +36,8 @@ ROUTERS = (
     responses.router,
     messages.router,
     embeddings.router,
+    files.router,
+    batches.router,
     openai_models.router,
     account_usage.router,
     admin.router,

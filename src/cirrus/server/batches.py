@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
+from cirrus.api.openai import batch_shapes as openai_batches
+from cirrus.api.openai.batch_items import OpenAiItems
 from cirrus.api.workers_ai.batch import SHAPE
 from cirrus.api.workers_ai.batch_items import WorkersAiItems
 from cirrus.batches import Claim, ItemState
@@ -45,7 +47,10 @@ async def running_batches(app: FastAPI, platform: Platform) -> AsyncIterator[Non
         yield
         return
     holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    executors: dict[str, Execute] = {SHAPE: WorkersAiItems(platform).execute}
+    executors: dict[str, Execute] = {
+        SHAPE: WorkersAiItems(platform).execute,
+        openai_batches.SHAPE: OpenAiItems(platform).execute,
+    }
     runner = BatchRunner(platform.gateway.batches, by_shape(executors), holder, runner_settings(platform))
     app.state.batch_runner = runner
     task = asyncio.create_task(runner.run())

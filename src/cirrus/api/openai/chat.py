@@ -13,7 +13,7 @@ from cirrus.api.path_parameters import account_parameter
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
-from cirrus.chat import ChatDelta, ChatEnd, ChatResult, ChatRun
+from cirrus.chat import ChatDelta, ChatEnd, ChatRequest, ChatResult, ChatRun
 from cirrus.errors import CirrusError
 
 router = APIRouter(tags=["OpenAI"])
@@ -73,21 +73,31 @@ def _message(result: ChatResult) -> dict[str, Any]:
     return message
 
 
-async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
-    chat = body.chat_request(body.model, body.chat_messages(), body.chat_options())
-    if body.stream:
-        return await stream_chat(request, chat, partial(_stream, usage=body.include_usage))
-    run, result = await whole_chat(request, chat)
+def chat_request_of(body: ChatCompletionRequest) -> ChatRequest:
+    """The chat core's request for a chat completion (raises InvalidInput for options it cannot take)."""
+    return body.chat_request(body.model, body.chat_messages(), body.chat_options())
+
+
+def chat_completion_body(model: str, result: ChatResult) -> dict[str, Any]:
+    """A whole chat completion, as the route answers it and a batch's output file carries it."""
     return {
         "id": response_id("chatcmpl"),
         "object": "chat.completion",
         "created": now(),
-        "model": run.model,
+        "model": model,
         "choices": [
             {"index": 0, "message": _message(result), "finish_reason": result.finish_reason, "logprobs": None}
         ],
         "usage": usage_dict(result.usage, result.reasoning_tokens),
     }
+
+
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
+    chat = chat_request_of(body)
+    if body.stream:
+        return await stream_chat(request, chat, partial(_stream, usage=body.include_usage))
+    run, result = await whole_chat(request, chat)
+    return chat_completion_body(run.model, result)
 
 
 for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):

@@ -13,7 +13,7 @@ from cirrus.api.path_parameters import account_parameter
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import DONE, sse_data
 from cirrus.api.usage import usage_dict
-from cirrus.chat import ChatDelta, ChatOptions, ChatRun
+from cirrus.chat import ChatDelta, ChatOptions, ChatRequest, ChatResult, ChatRun
 from cirrus.errors import CirrusError
 
 router = APIRouter(tags=["OpenAI"])
@@ -49,14 +49,24 @@ async def _stream(run: ChatRun, usage: bool) -> AsyncIterator[bytes]:
         yield sse_data(error_body(error, WireProtocol.OPENAI))
 
 
+def completion_request_of(body: CompletionRequest) -> ChatRequest:
+    """The chat core's request for a text completion: the prompt, raw."""
+    return body.chat_request(body.model, None, ChatOptions(stream=body.stream), prompt=body.prompt, raw=True)
+
+
+def completion_body(body: CompletionRequest, model: str, result: ChatResult) -> dict[str, Any]:
+    """A whole text completion, as the route answers it and a batch's output file carries it."""
+    text = body.prompt + result.content if body.echo else result.content
+    choices = [_choice(text, finish_reason(result.finish_reason))]
+    return {**_body(response_id("cmpl"), model, choices), "usage": usage_dict(result.usage)}
+
+
 async def completions(body: CompletionRequest, request: Request) -> Any:
-    chat = body.chat_request(body.model, None, ChatOptions(stream=body.stream), prompt=body.prompt, raw=True)
+    chat = completion_request_of(body)
     if body.stream:
         return await stream_chat(request, chat, partial(_stream, usage=body.include_usage))
     run, result = await whole_chat(request, chat)
-    text = body.prompt + result.content if body.echo else result.content
-    choices = [_choice(text, finish_reason(result.finish_reason))]
-    return {**_body(response_id("cmpl"), run.model, choices), "usage": usage_dict(result.usage)}
+    return completion_body(body, run.model, result)
 
 
 for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):

@@ -12,6 +12,7 @@ from cirrus.api.inference import resolve_model
 from cirrus.api.keep_alive import check_keep_alive, parse_keep_alive
 from cirrus.api.path_parameters import account_parameter
 from cirrus.runtime.embedding import MAX_TEXTS, EmbeddingInput
+from cirrus.service import EmbeddingResult
 
 router = APIRouter(tags=["OpenAI"])
 
@@ -59,9 +60,9 @@ def _encoded(vector: list[float], encoding: str) -> list[float] | str:
     return base64.b64encode(values.tobytes()).decode("ascii")
 
 
-async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
-    spec = resolve_model(request, body.model, stream=False)
-    result = await embed(request, spec.id, body.embedding_input(), parse_keep_alive(body.keep_alive))
+def embeddings_body(body: EmbeddingRequest, model: str, result: EmbeddingResult) -> dict[str, Any]:
+    """The embeddings of `body`'s texts by `model` (the resolved id), as the route answers them and a batch's
+    output file carries them."""
     data = [
         {"object": "embedding", "index": index, "embedding": _encoded(vector, body.encoding_format)}
         for index, vector in enumerate(result.vectors)
@@ -70,9 +71,15 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
     return {
         "object": "list",
         "data": data,
-        "model": spec.id,
+        "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
+
+
+async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
+    spec = resolve_model(request, body.model, stream=False)
+    result = await embed(request, spec.id, body.embedding_input(), parse_keep_alive(body.keep_alive))
+    return embeddings_body(body, spec.id, result)
 
 
 for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):

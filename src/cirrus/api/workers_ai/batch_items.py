@@ -3,7 +3,7 @@ core, the same result body. It runs as background work: `preempt` hands its slot
 
 from typing import Any
 
-from cirrus.api.batch_calls import batch_call
+from cirrus.api.batch_calls import TRANSIENT, batch_call
 from cirrus.api.inference import GatewayChatEngine
 from cirrus.api.workers_ai.encode import embedding_body, result_body
 from cirrus.api.workers_ai.inputs import chat_request, task_input
@@ -12,20 +12,10 @@ from cirrus.batches import Claim, ItemState
 from cirrus.batches.runner import Outcome, Preempt, RetryLater
 from cirrus.catalog import ModelSpec
 from cirrus.chat import start_chat
-from cirrus.errors import (
-    CapacityExceeded,
-    CirrusError,
-    DailyAllocationExhausted,
-    DependencyUnavailable,
-    NoNodeAvailable,
-    RateLimited,
-)
+from cirrus.errors import CirrusError
 from cirrus.gateway.call import Call
 from cirrus.platform import Platform
 from cirrus.service import EmbeddingRequest
-
-# Refusals that pass: the item waits and runs later instead of failing.
-TRANSIENT = (RateLimited, CapacityExceeded, DependencyUnavailable, NoNodeAvailable, DailyAllocationExhausted)
 
 
 class WorkersAiItems:
