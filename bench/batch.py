@@ -1,6 +1,6 @@
 """Batch benchmark: what a running batch costs interactive requests (issue 14).
 
-Usage: .venv/bin/python -m bench.batch [--items 1000] [--callers 2] [--requests 24] [--max-tokens 32]
+Usage: .venv/bin/python -m bench.batch [--items 1000] [--callers 2] [--requests 48] [--max-tokens 32]
                                        [--batch-concurrency 4] [--threads N] [--wait-quiet SECONDS]
 
 One server, SmolLM2. First the interactive load alone: `callers` closed-loop callers, `requests` streamed chat
@@ -160,7 +160,7 @@ def main() -> int:
     )
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--callers", type=int, default=2)
-    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(

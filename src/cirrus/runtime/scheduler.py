@@ -24,6 +24,7 @@ from cirrus.runtime.sequence import ReasoningCounter, Sequence, ThinkingMarkers
 
 log = logging.getLogger(__name__)
 Send = Callable[[Frame], None]
+BACKGROUND_PREFILL_TOKENS = 16  # about 50 ms of prompt on 2 cores for a 135M model
 
 
 @dataclass
@@ -160,7 +161,9 @@ class BatchScheduler:
 
     def _plan(self) -> StepPlan:
         """While an interactive prompt is evaluated, background sequences sit the step out: their tokens would
-        make every step of that prompt, and so its first token, slower."""
+        make every step of that prompt, and so its first token, slower. Background prompts are fed at most
+        `BACKGROUND_PREFILL_TOKENS` a step, so that an interactive request arriving mid-step waits for a short
+        step, not for a batch of prompts."""
         plan, room = StepPlan(), self._model.batch_tokens
         urgent = any(s.prefilling and not s.background for s in self._running)
         taking = [s for s in self._running if not (urgent and s.background)]
@@ -168,11 +171,15 @@ class BatchScheduler:
             if not sequence.prefilling and sequence.next_token is not None:
                 self._add(plan, sequence, [sequence.next_token], sample=True)
                 room -= 1
+        background_room = BACKGROUND_PREFILL_TOKENS
         for sequence in taking:
-            if sequence.prefilling and room > 0:
-                chunk = sequence.prompt[sequence.fed : sequence.fed + room]
+            allowed = min(room, background_room) if sequence.background else room
+            if sequence.prefilling and allowed > 0:
+                chunk = sequence.prompt[sequence.fed : sequence.fed + allowed]
                 self._add(plan, sequence, chunk, sample=sequence.fed + len(chunk) == len(sequence.prompt))
                 room -= len(chunk)
+                if sequence.background:
+                    background_room -= len(chunk)
         return plan
 
     def _add(self, plan: StepPlan, sequence: Sequence, tokens: list[int], sample: bool) -> None:
