@@ -15,6 +15,8 @@ import cloudflare
 import httpx
 import pytest
 
+from tests.integration.conftest import Gateway
+from tests.integration.gateway import bearer
 from tests.integration.server import Server, kill_now, running_server, wait_until, write_catalog
 
 pytestmark = pytest.mark.integration
@@ -197,3 +199,39 @@ def test_the_cli_submits_a_jsonl_file_and_prints_the_results_in_order(server: Se
     bad.write_text('{"prompt": "ok"}\nnot json\n')
     refused = subprocess.run([*cli, "submit", str(bad), *where], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1 and "bad.jsonl:2" in refused.stderr
+
+
+def test_a_batch_is_its_accounts_alone_and_each_item_is_metered_under_the_batch(
+    gateway_sqlite: Gateway,
+) -> None:
+    url, ids = gateway_sqlite.server.url, gateway_sqlite.ids
+    body = {"requests": [{"prompt": "Say hi.", "max_tokens": 4}, {"prompt": "Say bye.", "max_tokens": 4}]}
+    queued = httpx.post(f"{url}{QUEUE}", json=body, headers=bearer(ids.run), timeout=30)
+    assert queued.status_code == 200, queued.text
+    request_id = queued.json()["result"]["request_id"]
+
+    def polled(token: str) -> httpx.Response:
+        return httpx.post(f"{url}{QUEUE}", json={"request_id": request_id}, headers=bearer(token), timeout=30)
+
+    assert polled(ids.other).status_code == 404  # another account's batch does not exist for it
+    assert wait_until(lambda: "responses" in polled(ids.run).json()["result"], 120.0)
+    with sqlite3.connect(gateway_sqlite.database_url) as db:
+        metered = db.execute(
+            "SELECT request_id, account_id, token_id FROM usage_events WHERE request_id LIKE ? ORDER BY request_id",
+            (f"{request_id}/%",),
+        ).fetchall()
+    assert [row[0] for row in metered] == [f"{request_id}/0", f"{request_id}/1"]
+    assert {row[1] for row in metered} == {ids.account_a} and len({row[2] for row in metered} - {None}) == 1
+    narrow = httpx.post(f"{url}{QUEUE}", json=body, headers=bearer(ids.narrow), timeout=30)
+    assert narrow.status_code == 403  # a token for other models may not queue this one
+
+
+def test_a_batch_past_the_accounts_queue_or_the_item_limit_is_refused(tmp_path: Path) -> None:
+    catalog = str(one_slot_catalog(tmp_path))
+    limits = {"batch_max_queued_per_account": "3", "batch_max_items": "3"}
+    with running_server(tmp_path, "--catalog", catalog, **limits) as limited:
+        too_many = httpx.post(f"{limited.url}{QUEUE}", json={"requests": [{"prompt": "hi"}] * 4}, timeout=30)
+        assert too_many.status_code == 400 and "at most 3" in too_many.text
+        queue(limited, [dict(LONG) for _ in range(3)])
+        full = httpx.post(f"{limited.url}{QUEUE}", json={"requests": [{"prompt": "hi"}]}, timeout=30)
+        assert full.status_code == 429 and "limit of 3" in full.text

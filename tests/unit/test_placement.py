@@ -145,6 +145,15 @@ def test_a_model_of_unknown_size_starts_where_it_is_cached_rather_than_pulled_el
     assert (placement.node_id, placement.rule) == ("b", "cached")
 
 
+def test_a_pull_onto_a_node_with_a_measured_instant_start_still_costs_more_than_a_start_from_disk() -> None:
+    """Node a measured a process start of 0 (a spare was ready); node b, which holds the model, measured nothing
+    and is estimated at the default. Sizes still unknown: b's start from disk must win."""
+    instant = NodeMeasures(process_start_s=0.0, load_bytes_per_s=5 * GB)
+    placer, _ = placer_with(node("a", ready(OTHER), measures=instant), node("b", cached=(MODEL,)))
+    placement = placer.choose(PlacementRequest(MODEL, memory_bytes=0, artifact_bytes=0))
+    assert (placement.node_id, placement.rule) == ("b", "cached")
+
+
 def test_a_node_with_faster_measured_pulls_is_chosen() -> None:
     fast = NodeMeasures(pull_bytes_per_s=1e9)
     placer, _ = placer_with(node("a"), node("b", measures=fast))

@@ -17,8 +17,11 @@ class Defaults:
     # oras pulls a 98 MB GGUF from a registry on 127.0.0.1 in under a second (DESIGN.md, "Other facts measured").
     pull_bytes_per_s: float = 1.0e8
     # Before the weights, a pull asks the registry for a token, the manifest and the config: a few round trips
-    # (assumed). It keeps a pull dearer than a start from disk even while a model's size is not yet known.
-    pull_setup_s: float = 0.1
+    # (assumed). It keeps a pull dearer than a start from disk even while a model's size is not yet known, so it
+    # must exceed `process_start_s`: a node that never started a worker is estimated at that default, while the
+    # node a pull would go to may have measured a start of ~0 (a spare process was ready). At 0.1 s, a model
+    # cached only on node b was pulled onto node a whenever b had not yet read its size (a loaded machine).
+    pull_setup_s: float = 0.25
     # Python plus `import llama_cpp`, 140-148 ms, when no spare process is ready (docs/design-notes.md).
     process_start_s: float = 0.15
     # A warm request's first token: 15.7-23.5 ms over HTTP (bench/RESULTS.md, "Cirrus warm (HTTP SSE): TTFT").
