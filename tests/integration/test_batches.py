@@ -215,13 +215,19 @@ def test_a_batch_is_its_accounts_alone_and_each_item_is_metered_under_the_batch(
 
     assert polled(ids.other).status_code == 404  # another account's batch does not exist for it
     assert wait_until(lambda: "responses" in polled(ids.run).json()["result"], 120.0)
-    with sqlite3.connect(gateway_sqlite.database_url) as db:
-        metered = db.execute(
-            "SELECT request_id, account_id, token_id FROM usage_events WHERE request_id LIKE ? ORDER BY request_id",
-            (f"{request_id}/%",),
-        ).fetchall()
-    assert [row[0] for row in metered] == [f"{request_id}/0", f"{request_id}/1"]
-    assert {row[1] for row in metered} == {ids.account_a} and len({row[2] for row in metered} - {None}) == 1
+
+    def metered() -> list[tuple[str, str, str | None]]:
+        with sqlite3.connect(gateway_sqlite.database_url) as db:
+            return db.execute(
+                "SELECT request_id, account_id, token_id FROM usage_events WHERE request_id LIKE ? "
+                "ORDER BY request_id",
+                (f"{request_id}/%",),
+            ).fetchall()
+
+    assert wait_until(lambda: len(metered()) == 2, 30.0), metered()  # the meter writes in batches
+    rows = metered()
+    assert [row[0] for row in rows] == [f"{request_id}/0", f"{request_id}/1"]
+    assert {row[1] for row in rows} == {ids.account_a} and len({row[2] for row in rows} - {None}) == 1
     narrow = httpx.post(f"{url}{QUEUE}", json=body, headers=bearer(ids.narrow), timeout=30)
     assert narrow.status_code == 403  # a token for other models may not queue this one
 
