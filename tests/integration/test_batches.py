@@ -123,6 +123,14 @@ def test_an_interactive_request_preempts_a_running_batch_item_which_runs_again(s
     assert [r["success"] for r in result["responses"]] == [True] * 4
     assert max(attempts(server, request_id)) >= 2  # the item that held the slot was preempted, then ran again
 
+    def stopped_work() -> list[tuple[float, float]]:
+        with sqlite3.connect(server.log_path.parent / "state" / "cirrus.db") as db:
+            query = "SELECT neurons, cost_usd FROM usage_events WHERE request_id LIKE ? AND status = 499"
+            return db.execute(query, (f"{request_id}/%",)).fetchall()
+
+    assert wait_until(lambda: bool(stopped_work()), 30.0)  # the preempted run is recorded...
+    assert set(stopped_work()) == {(0.0, 0.0)}  # ...at no cost: the platform stopped it, the rerun pays
+
 
 def attempts(server: Server, request_id: str) -> list[int]:
     """Each item's runs, from the gateway's own database (the state folder beside the server's log)."""

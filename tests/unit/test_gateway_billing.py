@@ -223,6 +223,25 @@ async def test_a_stream_the_client_leaves_is_metered_after_close_with_what_the_w
     assert len(parts.meter.records) == 1
 
 
+async def test_work_the_platform_stopped_is_recorded_at_no_cost_and_outside_the_limits(
+    tmp_path: Path,
+) -> None:
+    """A batch item preempted for an interactive request: the item runs again and pays then."""
+    pipeline, parts = make_pipeline(tmp_path)
+    the_call = call()
+    answer = await pipeline.run(the_call, request())
+    async for _ in answer:
+        the_call.waived = True  # what the batch item's preemption does before it stops the work
+        break
+    await answer.aclose()
+    await pipeline.drain()
+    [record] = parts.meter.records
+    assert (record.status, record.prompt_tokens) == (499, 40)
+    assert (record.neurons, record.cost_usd) == (0.0, 0.0)
+    assert parts.limiter.charged == []
+    assert held(parts) == 0
+
+
 async def test_a_finished_answer_is_metered_once_with_its_own_usage(tmp_path: Path) -> None:
     pipeline, parts = make_pipeline(tmp_path)
     completion = await (await pipeline.run(call(), request())).collect()

@@ -8,6 +8,7 @@ import time
 
 from cirrus.auth import OPEN_PRINCIPAL, Principal
 from cirrus.batches import Batch, Claim
+from cirrus.batches.runner import Preempt
 from cirrus.errors import (
     CapacityExceeded,
     DailyAllocationExhausted,
@@ -41,3 +42,14 @@ async def batch_call(platform: Platform, claim: Claim) -> Call:
         headers={},
         deadline=asyncio.get_running_loop().time() + platform.settings.batch_item_timeout_s,
     )
+
+
+def waiving(call: Call, preempt: Preempt) -> Preempt:
+    """The item's preemption, which also waives what the stopped work cost: the platform stopped it, and the item
+    pays when it runs again."""
+
+    def preempt_and_waive() -> None:
+        call.waived = True
+        preempt()
+
+    return preempt_and_waive

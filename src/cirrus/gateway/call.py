@@ -46,6 +46,9 @@ class Call:
     # An answer that ended early is metered once its generation closed, which can be after the response ended:
     # whoever needs the record (the access log) waits for it with `when_recorded`.
     billed_later: bool = False
+    # The work was stopped by the platform, not the caller (a batch item preempted for an interactive request):
+    # its tokens are recorded, at no cost and outside the caller's limits; the item runs again and pays then.
+    waived: bool = False
     _on_record: list[Callable[[UsageRecord], None]] = field(default_factory=list)
 
     def set_record(self, record: UsageRecord) -> None:

@@ -178,8 +178,10 @@ class Pipeline:
         """Embeddings that ended without their vectors are metered with the tokens the worker read (final once
         the service returned or raised; 0 when the request never reached a worker)."""
         usage, cost = processed_by([(spec, progress)])
-        self._record(call, usage_record(call, spec, usage, status, code, "BYPASS", False, 0.0, cost))
-        self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
+        self._record(
+            call, usage_record(call, spec, usage, status, code, "BYPASS", False, 0.0, charged(call, cost))
+        )
+        self._consume(call, spec, usage)
 
     async def _guarded_texts(self, call: Call, spec: ModelSpec, inputs: EmbeddingInput) -> tuple[str, ...]:
         """Each text through the model's and account's input guard, as a prompt is; a refusal names the text as
@@ -322,10 +324,10 @@ class Pipeline:
         usage, cost = processed_by(tried)
         spec = tried[-1][0]
         record = usage_record(
-            call, spec, usage, status, code, "BYPASS", False, 0.0, cost, attempts=len(tried)
+            call, spec, usage, status, code, "BYPASS", False, 0.0, charged(call, cost), attempts=len(tried)
         )
         self._record(call, record)
-        self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
+        self._consume(call, spec, usage)
 
     async def _close_then_bill(self, call: Call, generation: StartedGeneration, ending: Ending) -> None:
         """In a task of its own: a client that left cancels whoever awaits the close (a streaming response is
@@ -383,10 +385,15 @@ class Pipeline:
         queue_s = generation.queue_s
         cold = generation.cold_start
         record = usage_record(
-            call, spec, usage, status, code, cache_status, cold, queue_s, cost, step, attempts
+            call, spec, usage, status, code, cache_status, cold, queue_s, charged(call, cost), step, attempts
         )
         self._record(call, record)
-        self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
+        self._consume(call, spec, usage)
+
+    def _consume(self, call: Call, spec: ModelSpec, usage: Usage) -> None:
+        """The tokens count against the caller's tokens-per-minute limit, unless the platform stopped the work."""
+        if not call.waived:
+            self._spawn(self.parts.limiter.consume_tokens(call.principal, spec, usage.total_tokens))
 
     def _settle_cache(
         self, call: Call, spec: ModelSpec, entry: tuple[str, float], finished: Finished | None, text: str
@@ -432,3 +439,8 @@ class Pipeline:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
+
+
+def charged(call: Call, cost: tuple[float, float]) -> tuple[float, float]:
+    """What the caller pays for work that ended early: nothing where the platform stopped it (`Call.waived`)."""
+    return (0.0, 0.0) if call.waived else cost

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cirrus.api.batch_calls import TRANSIENT, batch_call
+from cirrus.api.batch_calls import TRANSIENT, batch_call, waiving
 from cirrus.api.inference import GatewayChatEngine
 from cirrus.api.keep_alive import parse_keep_alive
 from cirrus.api.openai.batch_endpoints import BatchRequest, parsed_request
@@ -34,6 +34,7 @@ class OpenAiItems:
     async def execute(self, claim: Claim, preempt: Preempt) -> Outcome:
         try:
             call = await batch_call(self._platform, claim)
+            preempt = waiving(call, preempt)
             request = parsed_request(claim.batch.metadata["endpoint"], claim.item.body)
             body = await self._answer(call, request, preempt)
         except TRANSIENT as error:

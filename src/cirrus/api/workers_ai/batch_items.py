@@ -3,7 +3,7 @@ core, the same result body. It runs as background work: `preempt` hands its slot
 
 from typing import Any
 
-from cirrus.api.batch_calls import TRANSIENT, batch_call
+from cirrus.api.batch_calls import TRANSIENT, batch_call, waiving
 from cirrus.api.inference import GatewayChatEngine
 from cirrus.api.workers_ai.encode import embedding_body, result_body
 from cirrus.api.workers_ai.inputs import chat_request, task_input
@@ -25,6 +25,7 @@ class WorkersAiItems:
     async def execute(self, claim: Claim, preempt: Preempt) -> Outcome:
         try:
             call = await batch_call(self._platform, claim)
+            preempt = waiving(call, preempt)
             spec = self._platform.pipeline.resolve(call, claim.batch.model)
             inputs = task_input(spec, claim.item.body)
             if isinstance(inputs, TextEmbeddingsInput):
