@@ -168,9 +168,13 @@ def test_a_stopped_redis_costs_nothing_and_the_shared_limit_comes_back_by_itself
     # count answering again, and its limit then refuses on its own.
     back = first_until(gateway, tokens.two_per_minute, 200, PROBE_AFTER_S + MARGIN_S)
     assert back.status == 200, "the shared rate limit did not come back"
-    assert ask(gateway, tokens.two_per_minute).status == 200
-    refused = ask(gateway, tokens.two_per_minute)
-    assert (refused.status, refused.code) == (429, 971)
+    # A call that found Redis back may have counted its request there and still missed its deadline (the first
+    # connection after the restart), and been answered from this gateway's used-up count: at most one more
+    # request then fits before the shared limit refuses on its own.
+    after = [
+        (answer.status, answer.code) for answer in (ask(gateway, tokens.two_per_minute) for _ in range(2))
+    ]
+    assert after in ([(200, None), (429, 971)], [(429, 971), (429, 971)]), after
     key = uuid.uuid4().hex
     statuses = [ask(gateway, tokens.unlimited, key).cache for _ in range(5)]
     assert statuses[0] == "MISS" and "HIT" in statuses, statuses  # the store may lag its answer a moment
