@@ -30,7 +30,7 @@ from cirrus.api.openai.batch_shapes import (
     page_object,
 )
 from cirrus.api.openai.files import file_content, run_account, visible_file
-from cirrus.api.path_parameters import account_parameter
+from cirrus.api.path_parameters import add_openai_route
 from cirrus.batches import Batch, BatchStore, NewItem
 from cirrus.errors import CapacityExceeded, InvalidInput, NotFound
 from cirrus.files import MadeFile
@@ -158,29 +158,7 @@ async def _openai_batches(store: BatchStore, account: str, wanted: int, after: s
     return found[:wanted]
 
 
-for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
-    extra = account_parameter(_prefix)
-    router.add_api_route(
-        f"{_prefix}/batches",
-        create_batch,
-        methods=["POST"],
-        summary="Create a batch (OpenAI)",
-        openapi_extra=extra,
-    )
-    router.add_api_route(
-        f"{_prefix}/batches", list_batches, methods=["GET"], summary="List batches", openapi_extra=extra
-    )
-    router.add_api_route(
-        f"{_prefix}/batches/{{batch_id}}",
-        retrieve_batch,
-        methods=["GET"],
-        summary="Get a batch",
-        openapi_extra=extra,
-    )
-    router.add_api_route(
-        f"{_prefix}/batches/{{batch_id}}/cancel",
-        cancel_batch,
-        methods=["POST"],
-        summary="Cancel a batch",
-        openapi_extra=extra,
-    )
+add_openai_route(router, "/batches", create_batch, "POST", "Create a batch (OpenAI)")
+add_openai_route(router, "/batches", list_batches, "GET", "List batches")
+add_openai_route(router, "/batches/{batch_id}", retrieve_batch, "GET", "Get a batch")
+add_openai_route(router, "/batches/{batch_id}/cancel", cancel_batch, "POST", "Cancel a batch")

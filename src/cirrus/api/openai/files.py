@@ -13,7 +13,7 @@ from cirrus.api.context import platform_of, principal_of
 from cirrus.api.openai.batch_output import made_files, settle_account, settled_files
 from cirrus.api.openai.batch_shapes import BATCH_PURPOSE, SHAPE, batch_of_file, file_object, page_object
 from cirrus.api.openai.multipart import FormPart, form_parts
-from cirrus.api.path_parameters import account_parameter
+from cirrus.api.path_parameters import add_openai_route
 from cirrus.auth import Permission
 from cirrus.errors import Forbidden, InvalidInput, NotFound
 from cirrus.files import StoredFile
@@ -163,36 +163,15 @@ async def delete_file(file_id: str, request: Request) -> Any:
     return {"id": file_id, "object": "file", "deleted": True}
 
 
-for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
-    extra = account_parameter(_prefix)
-    router.add_api_route(
-        f"{_prefix}/files",
-        upload_file,
-        methods=["POST"],
-        summary="Upload a file (OpenAI Files, purpose batch)",
-        openapi_extra={**extra, "requestBody": UPLOAD_BODY},
-    )
-    router.add_api_route(
-        f"{_prefix}/files", list_files, methods=["GET"], summary="List files", openapi_extra=extra
-    )
-    router.add_api_route(
-        f"{_prefix}/files/{{file_id}}",
-        retrieve_file,
-        methods=["GET"],
-        summary="Get a file",
-        openapi_extra=extra,
-    )
-    router.add_api_route(
-        f"{_prefix}/files/{{file_id}}/content",
-        retrieve_content,
-        methods=["GET"],
-        summary="Get a file's content",
-        openapi_extra=extra,
-    )
-    router.add_api_route(
-        f"{_prefix}/files/{{file_id}}",
-        delete_file,
-        methods=["DELETE"],
-        summary="Delete a file",
-        openapi_extra=extra,
-    )
+add_openai_route(
+    router,
+    "/files",
+    upload_file,
+    "POST",
+    "Upload a file (OpenAI Files, purpose batch)",
+    {"requestBody": UPLOAD_BODY},
+)
+add_openai_route(router, "/files", list_files, "GET", "List files")
+add_openai_route(router, "/files/{file_id}", retrieve_file, "GET", "Get a file")
+add_openai_route(router, "/files/{file_id}/content", retrieve_content, "GET", "Get a file's content")
+add_openai_route(router, "/files/{file_id}", delete_file, "DELETE", "Delete a file")

@@ -21,7 +21,7 @@ from cirrus.api.errors import error_body
 from cirrus.api.inference import resolve_model, stream_chat, whole_chat
 from cirrus.api.openai.input_items import Order, UnknownCursor, input_items, page
 from cirrus.api.openai.responses_schemas import ResponsesRequest
-from cirrus.api.path_parameters import account_parameter
+from cirrus.api.path_parameters import add_openai_route
 from cirrus.api.protocol import WireProtocol
 from cirrus.api.sse import sse_data
 from cirrus.auth import Permission
@@ -382,33 +382,13 @@ async def delete_response(response_id: str, request: Request) -> Any:
     return {"id": response_id, "object": "response", "deleted": True}
 
 
-for _prefix in ("/v1", "/client/v4/accounts/{account_id}/ai/v1"):
-    extra = account_parameter(_prefix)
-    router.add_api_route(
-        f"{_prefix}/responses",
-        create_response,
-        methods=["POST"],
-        summary="Create a response (OpenAI Responses)",
-        openapi_extra=extra,
-    )
-    router.add_api_route(
-        f"{_prefix}/responses/{{response_id}}",
-        get_response,
-        methods=["GET"],
-        summary="Get a stored response",
-        openapi_extra=extra,
-    )
-    router.add_api_route(
-        f"{_prefix}/responses/{{response_id}}/input_items",
-        list_input_items,
-        methods=["GET"],
-        summary="List a stored response's input items",
-        openapi_extra=extra,
-    )
-    router.add_api_route(
-        f"{_prefix}/responses/{{response_id}}",
-        delete_response,
-        methods=["DELETE"],
-        summary="Delete a stored response",
-        openapi_extra=extra,
-    )
+add_openai_route(router, "/responses", create_response, "POST", "Create a response (OpenAI Responses)")
+add_openai_route(router, "/responses/{response_id}", get_response, "GET", "Get a stored response")
+add_openai_route(
+    router,
+    "/responses/{response_id}/input_items",
+    list_input_items,
+    "GET",
+    "List a stored response's input items",
+)
+add_openai_route(router, "/responses/{response_id}", delete_response, "DELETE", "Delete a stored response")
