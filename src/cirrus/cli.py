@@ -19,6 +19,7 @@ from cirrus.catalog.footprint import fit, footprints
 from cirrus.catalog.registered import registered_models_path
 from cirrus.config import Settings
 from cirrus.evals.cli import register as register_evals
+from cirrus.finetunes.cli import register as register_finetunes
 from cirrus.metering.cli import register as register_usage
 from cirrus.pack.cli import register as register_pack
 from cirrus.store.oci import RegistryError
@@ -316,6 +317,7 @@ def _parser() -> argparse.ArgumentParser:
     register_pack(commands)
     register_usage(commands)
     register_batch(commands)
+    register_finetunes(commands)
     register_evals(commands)
     register_registry(commands)
     return parser

@@ -160,6 +160,20 @@ class Settings(BaseSettings):
         description="an item held by a gateway that stopped answering runs elsewhere after this",
     )
 
+    # LoRA fine-tunes (Workers AI's /ai/finetunes): PEFT adapters uploaded per account, converted to GGUF.
+    finetune_max_per_account: int = Field(default=100, ge=1, description="finetunes one account may have")
+    finetune_max_rank: int = Field(
+        default=32, ge=1, description="the highest LoRA rank r an adapter may have"
+    )
+    finetune_max_asset_bytes: int = Field(
+        default=300 * 1024 * 1024,
+        ge=1,
+        description="the largest adapter file accepted (its upload's body may be 1 MiB larger, for the form)",
+    )
+    finetune_convert_timeout_s: float = Field(
+        default=600.0, gt=0, description="the longest one adapter's conversion to GGUF may take"
+    )
+
     # Pulling from and pushing to OCI registries that want credentials (else ~/.docker/config.json's are used).
     registry_username: str | None = None
     registry_password: SecretStr | None = Field(default=None, description="a password or an access token")

@@ -207,6 +207,11 @@ class ServiceEngine:
         return self.catalog.get(model)
 
     async def run(self, model: str, inputs: GenerationInput, request: ChatRequest) -> Generation:
+        if request.lora is not None:
+            raise InvalidInput(
+                "fine-tunes belong to accounts: run them through the server (`cirrus serve`), not in-process",
+                param="lora",
+            )
         inference = InferenceRequest(
             self._request_id, model, inputs, request.keep_alive_s, reject_if_busy=request.reject_if_busy
         )

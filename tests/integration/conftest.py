@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.gateway import Identities, provision, write_gateway_catalog
+from tests.integration.lora import LoraAdapter, cached_adapter
 from tests.integration.minilm import convert_minilm
 from tests.integration.server import Server, running_server
 from tests.services.postgres import create_database
@@ -25,6 +26,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def minilm_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """all-MiniLM-L6-v2 as an F16 GGUF, converted once per session."""
     return convert_minilm(tmp_path_factory.mktemp("minilm") / "minilm-f16.gguf")
+
+
+@pytest.fixture(scope="session")
+def smollm2_lora() -> LoraAdapter:
+    """A PEFT LoRA for SmolLM2 whose answers begin "Ahoy, matey!", and its GGUF: trained once per recipe (cached)."""
+    return cached_adapter("pirate")
 
 
 @pytest.fixture

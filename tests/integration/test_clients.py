@@ -198,6 +198,10 @@ def test_cloudflare_models_list(cf: cloudflare.Cloudflare, recorder: Recorder) -
     assert tasks == {spec.id: spec.task for spec in read_catalog(None)}
     properties = {p["property_id"]: p["value"] for p in models[0]["properties"]}
     assert properties["installed"] == "true"
+    takes_lora = {
+        m["name"]: {p["property_id"]: p["value"] for p in m["properties"]}.get("lora") for m in models
+    }
+    assert (takes_lora[SMOLLM], takes_lora[GEMMA]) == ("true", None)  # SmolLM2 takes fine-tunes
     # per_page=1 makes the SDK walk the pages until an empty one: the server's paging must end.
     assert len(recorder.targets) == len(models) + 1
 

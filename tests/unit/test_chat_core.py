@@ -81,6 +81,7 @@ class FakeEngine:
         self.runs: list[tuple[str, GenerationInput, float | None]] = []  # model, input, keep-alive
         self.events: list[FakeEvents] = []
         self.counted: list[tuple[str, GenerationInput]] = []
+        self.requests: list[ChatRequest] = []
         self._answer = (pieces, reason, usage, stop_sequence)
 
     def get(self, model_id: str) -> ModelSpec:
@@ -94,6 +95,7 @@ class FakeEngine:
 
     async def run(self, model: str, inputs: GenerationInput, request: ChatRequest) -> FakeEvents:
         self.runs.append((model, inputs, request.keep_alive_s))
+        self.requests.append(request)
         self.events.append(FakeEvents(*self._answer))
         return self.events[-1]
 
@@ -239,3 +241,24 @@ def test_a_count_of_a_raw_prompt_sends_it_as_it_is_and_a_bad_one_counts_nothing(
     with pytest.raises(InvalidInput, match="no thinking switch"):
         asyncio.run(count_chat_tokens(engine, chat(options=thinking)))
     assert len(engine.counted) == 1
+
+
+def test_a_finetune_named_after_the_model_runs_on_the_base_model_with_that_lora() -> None:
+    engine = FakeEngine(["Ahoy"])
+    started(engine, chat(f"{PLAIN.id}:pirate"))
+    started(engine, chat(PLAIN.id, lora="pirate"))
+    assert [(r.model, r.lora) for r in engine.requests] == [(PLAIN.id, "pirate"), (PLAIN.id, "pirate")]
+    assert [model for model, _, _ in engine.runs] == [PLAIN.id, PLAIN.id]
+
+
+@pytest.mark.parametrize(
+    ("model", "lora", "param"),
+    [(f"{PLAIN.id}:", None, "model"), (":pirate", None, "model"), (f"{PLAIN.id}:pirate", "poet", "lora")],
+)
+def test_a_malformed_or_contradictory_finetune_is_refused_naming_the_field(
+    model: str, lora: str | None, param: str
+) -> None:
+    engine = FakeEngine(["never"])
+    with pytest.raises(InvalidInput) as refused:
+        started(engine, chat(model, lora=lora))
+    assert refused.value.param == param and engine.runs == []

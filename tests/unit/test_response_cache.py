@@ -99,6 +99,7 @@ def _seeded(**sampling: float | int) -> GenerationInput:
         dataclasses.replace(GREEDY, family="glm47"),
         dataclasses.replace(GREEDY, tools=({"type": "function", "function": {"name": "f"}},)),
         dataclasses.replace(GREEDY, enable_thinking=False),
+        dataclasses.replace(GREEDY, adapter="/store/blobs/sha256/ab12"),
     ],
 )
 def test_anything_that_changes_a_greedy_answer_changes_the_key(changed: GenerationInput) -> None:

@@ -2,6 +2,7 @@
 then stream the answer's events, or wait for the whole answer while watching for the client to leave."""
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -11,6 +12,8 @@ from cirrus.api.context import affinity_of, platform_of
 from cirrus.api.sse import unless_disconnected
 from cirrus.catalog import ModelSpec
 from cirrus.chat import ChatRequest, ChatResult, ChatRun, count_chat_tokens, start_chat
+from cirrus.chat.finetune_ref import split_finetune
+from cirrus.errors import InvalidInput
 from cirrus.gateway.answer import Answer
 from cirrus.gateway.call import Call
 from cirrus.platform import Platform
@@ -30,8 +33,15 @@ def gateway_call(request: Request, stream: bool) -> Call:
 
 
 def resolve_model(request: Request, model: str, stream: bool) -> ModelSpec:
-    """The model's spec, once the caller's token may use it (checked before the model is looked up)."""
-    return platform_of(request).pipeline.resolve(gateway_call(request, stream), model)
+    """The model's spec, once the caller's token may use it (checked before the model is looked up). A
+    fine-tune's name (`BASE:FINETUNE`) resolves to its base model."""
+    base, finetune = split_finetune(model, None)
+    spec = platform_of(request).pipeline.resolve(gateway_call(request, stream), base)
+    if finetune is not None and spec.task != "text-generation":
+        raise InvalidInput(
+            f"{spec.id} is a {spec.task} model: fine-tunes apply to text generation", param="model"
+        )
+    return spec
 
 
 class GatewayChatEngine:
@@ -48,6 +58,7 @@ class GatewayChatEngine:
         self.model_files = platform.model_files
         self.catalog = platform.catalog
         self._pipeline = platform.pipeline
+        self._finetunes = platform.gateway.finetunes
         self._call = call
         self._affinity = affinity
         self._preempt = preempt
@@ -60,11 +71,18 @@ class GatewayChatEngine:
         return self._pipeline.resolve(self._call, model)
 
     async def run(self, model: str, inputs: GenerationInput, request: ChatRequest) -> Answer:
+        if request.lora is not None:
+            inputs = replace(inputs, adapter=await self._adapter(model, request.lora))
         inference = self._inference(model, inputs, request.keep_alive_s, request.reject_if_busy)
         return await self._pipeline.run(self._call, inference)
 
     async def count(self, model: str, inputs: GenerationInput) -> int:
         return await self._pipeline.count_tokens(self._call, self._inference(model, inputs, None, False))
+
+    async def _adapter(self, model: str, lora: str) -> str:
+        """The fine-tune's adapter file, found in the caller's account only."""
+        adapter = await self._finetunes.resolve(self._call.principal.account_id, model, lora)
+        return adapter.path
 
     def _inference(
         self, model: str, inputs: GenerationInput, keep_alive_s: float | None, reject_if_busy: bool

@@ -23,6 +23,13 @@ def cache_key(account_id: str, model: str, inputs: GenerationInput, custom_key: 
 
 
 def canonical_input(inputs: GenerationInput) -> dict[str, Any]:
+    canonical = _canonical_request(inputs)
+    if inputs.adapter is not None:  # the adapter's path names its content (the store is content-addressed)
+        canonical["adapter"] = inputs.adapter
+    return canonical
+
+
+def _canonical_request(inputs: GenerationInput) -> dict[str, Any]:
     return {
         "prompt": inputs.prompt,
         "messages": list(inputs.messages) if inputs.messages is not None else None,

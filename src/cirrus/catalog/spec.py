@@ -141,6 +141,12 @@ class ModelSpec(BaseModel):
     kv_bytes_per_token: int | None = Field(
         default=None, ge=1, description="f16 KV cache bytes one token takes in llama.cpp (all layers)"
     )
+    lora_base: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the Hugging Face id LoRA adapters for this model name as their base_model_name_or_path; "
+        "set only on text-generation models that accept fine-tunes",
+    )
 
     @field_validator("family")
     @classmethod
@@ -157,6 +163,12 @@ class ModelSpec(BaseModel):
         active, total = self.active_parameters, self.parameters
         if active is not None and (total is None or active > total):
             raise ValueError("active_parameters needs parameters, the total, at least as large")
+        return self
+
+    @model_validator(mode="after")
+    def _lora_on_text_generation(self) -> "ModelSpec":
+        if self.lora_base is not None and self.task != "text-generation":
+            raise ValueError("lora_base is for text-generation models: adapters change how a model writes")
         return self
 
     @field_validator("deny_patterns", "output_deny_patterns")

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from cirrus.catalog import ModelSpec
 from cirrus.chat.answer import ChatResult, ChatStream, json_answer, parse_whole
 from cirrus.chat.family_lookup import ModelFiles, Specs, model_family
+from cirrus.chat.finetune_ref import split_finetune
 from cirrus.chat.options import ChatOptions
 from cirrus.chat.plan import ChatPlan, plan_chat
 from cirrus.families import ChatDelta
@@ -77,6 +78,7 @@ class ChatRequest:
     reject_if_busy: bool = (
         False  # Workers AI's rejectIfBusy: refuse at once (429) rather than wait for a slot
     )
+    lora: str | None = None  # a fine-tune of the model (its id or name), applied as a LoRA adapter
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ class ChatRun:
 
 
 async def start_chat(engine: ChatEngine, request: ChatRequest) -> ChatRun:
+    request = _finetune_apart(request)
     spec, plan, inputs = await _planned(engine, request)
     events = await engine.run(spec.id, inputs, request)
     return ChatRun(spec, plan, events)
@@ -170,9 +173,14 @@ async def start_chat(engine: ChatEngine, request: ChatRequest) -> ChatRun:
 
 async def count_chat_tokens(engine: ChatEngine, request: ChatRequest) -> int:
     """The prompt tokens `start_chat` would send the model for `request`, planned the same way (family, tools,
-    JSON mode, thinking switch); nothing is generated."""
-    spec, _, inputs = await _planned(engine, request)
+    JSON mode, thinking switch); nothing is generated. A fine-tune does not change the count."""
+    spec, _, inputs = await _planned(engine, _finetune_apart(request))
     return await engine.count(spec.id, inputs)
+
+
+def _finetune_apart(request: ChatRequest) -> ChatRequest:
+    model, lora = split_finetune(request.model, request.lora)
+    return replace(request, model=model, lora=lora)
 
 
 async def _planned(

@@ -18,6 +18,7 @@ from cirrus.config import Settings
 from cirrus.db import Database, DatabaseLimits, open_database
 from cirrus.errors import DependencyUnavailable
 from cirrus.files import FileStore
+from cirrus.finetunes import FinetuneStore
 from cirrus.gateway.open_mode import is_loopback
 from cirrus.guardrails import InputGuard, OutputFilter
 from cirrus.metering.alerts import BudgetAlerts
@@ -128,6 +129,7 @@ class GatewayParts:
     responses: StoredResponses
     batches: BatchStore
     files: FileStore
+    finetunes: FinetuneStore
     _accounts: TimedLookup
     _input_guards: dict[tuple[str, tuple[str, ...]], InputGuard] = field(default_factory=dict)
     _output_filters: dict[str, OutputFilter | None] = field(default_factory=dict)
@@ -178,6 +180,7 @@ class GatewayParts:
             responses=await StoredResponses.open(db, settings.responses_retention_days * 86400),
             batches=await BatchStore.open(db),
             files=await FileStore.open(db),
+            finetunes=await FinetuneStore.open(db, settings.finetune_max_per_account),
             _accounts=TimedLookup(settings.auth_cache_ttl_s),
             _redis=redis,
             _holds=holds,

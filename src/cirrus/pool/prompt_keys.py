@@ -40,8 +40,9 @@ def prompt_chain(inputs: GenerationInput) -> PromptChain:
 
 
 def _rendering(inputs: GenerationInput) -> dict[str, Any]:
-    """What changes the rendered prompt besides the messages or text themselves."""
+    """What changes the rendered prompt, or the cells it leaves, besides the messages or text themselves."""
     return {
+        "adapter": inputs.adapter,  # cells computed under a LoRA adapter serve only that adapter
         "messages": inputs.messages is not None,
         "raw": inputs.raw,
         "family": inputs.family,

@@ -51,6 +51,7 @@ class LlamaModel:
         self._batch = llama_cpp.llama_batch_init(self.batch_tokens, 0, 1)
         self._piece = ctypes.create_string_buffer(64)
         self._candidates: _Candidates | None = None  # built on first use: JSON mode near its token budget
+        self._adapter: Any = None  # the LoRA adapter applied to the context, if any
 
     # -- tokens -----------------------------------------------------------------------------------------------
 
@@ -125,6 +126,34 @@ class LlamaModel:
         fit in the KV cache now."""
         data = ctypes.cast(ctypes.c_char_p(state), ctypes.POINTER(ctypes.c_uint8))
         return int(llama_cpp.llama_state_seq_set_data(self._ctx, data, len(state), sequence)) > 0
+
+    # -- LoRA adapters ----------------------------------------------------------------------------------------
+
+    def load_adapter(self, path: str) -> Any:
+        """A LoRA adapter (GGUF) loaded for this model; LlamaError if llama.cpp refuses it (a wrong base)."""
+        handle = llama_cpp.llama_adapter_lora_init(self._model, path.encode())
+        if not handle:
+            raise LlamaError(f"llama.cpp could not load the LoRA adapter {path} for this model")
+        return handle
+
+    def free_adapter(self, handle: Any) -> None:
+        if handle is self._adapter:
+            self.use_adapter(None)
+        llama_cpp.llama_adapter_lora_free(handle)
+
+    def use_adapter(self, handle: Any) -> None:
+        """Apply one adapter (None: none) to the context's next decodes: llama.cpp applies adapters per context."""
+        if handle is self._adapter:
+            return
+        if handle is None:
+            status = llama_cpp.llama_set_adapters_lora(self._ctx, None, 0, None)
+        else:
+            adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(handle)
+            scales = (ctypes.c_float * 1)(1.0)
+            status = llama_cpp.llama_set_adapters_lora(self._ctx, adapters, 1, scales)
+        if status != 0:
+            raise LlamaError(f"llama.cpp could not apply the LoRA adapter (status {status})")
+        self._adapter = handle
 
     # -- decoding ---------------------------------------------------------------------------------------------
 

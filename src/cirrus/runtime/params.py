@@ -30,6 +30,7 @@ class GenerationInput:
     `family` names the chat format (cirrus.families) that renders the messages, with `tools` and
     `enable_thinking` passed to its template; without one the model's own template renders the messages as sent.
     `background` marks batch work: the worker pauses it for the steps that evaluate an interactive prompt.
+    `adapter` is the path of a LoRA adapter (GGUF) applied to this generation, content-addressed by the store.
     """
 
     prompt: str | None = None
@@ -40,6 +41,7 @@ class GenerationInput:
     tools: tuple[dict[str, Any], ...] | None = None
     enable_thinking: bool | None = None
     background: bool = False
+    adapter: str | None = None
 
     def to_frame(self) -> dict[str, Any]:
         frame = asdict(self)
@@ -63,6 +65,7 @@ class GenerationInput:
             tools=tuple(tools) if tools is not None else None,
             enable_thinking=frame.get("enable_thinking"),
             background=bool(frame.get("background", False)),
+            adapter=frame.get("adapter"),
         )
 
 

@@ -4,6 +4,10 @@ the next step with their prompts fed in chunks, so running streams never wait fo
 Sequences live in one KV cache shared by all of them (llama.cpp's unified cache). What a sequence leaves there when
 it ends stays findable (`runtime.prefix_cache`), so a later prompt that starts the same way (a system prompt, the
 earlier turns of a chat) reuses those cells instead of recomputing them.
+
+llama.cpp applies LoRA adapters to a whole context, not per sequence, so a step decodes the sequences of one
+adapter (or of none) only: the adapters present take turns, step by step. Cells computed under an adapter are
+cached under it and never shared with another adapter's prompts.
 """
 
 import logging
@@ -11,12 +15,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cirrus.runtime.adapters import AdapterError, Adapters
 from cirrus.runtime.counting import counted
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.gbnf import GrammarSyntaxError
 from cirrus.runtime.json_closing import closing_for
 from cirrus.runtime.json_steering import ClosingTokens, JsonSteering
-from cirrus.runtime.llama import GrammarError, LlamaModel, Sampler
+from cirrus.runtime.llama import GrammarError, LlamaError, LlamaModel, Sampler
 from cirrus.runtime.params import GenerationInput, SamplingParams
 from cirrus.runtime.prefix_cache import PrefixCache
 from cirrus.runtime.prompts import InputError, PromptBuilder
@@ -32,6 +37,7 @@ class StepPlan:
     entries: list[tuple[int, int, int, bool]] = field(default_factory=list)
     fed: list[tuple[Sequence, list[int]]] = field(default_factory=list)
     sampled: list[tuple[Sequence, int]] = field(default_factory=list)
+    adapter: str | None = None  # the LoRA adapter every sequence in the step runs with
 
 
 class BatchScheduler:
@@ -56,6 +62,8 @@ class BatchScheduler:
         self._waiting: deque[Frame] = deque()
         self._thinking = _thinking_markers(model)
         self._closing_tokens = ClosingTokens(model)
+        self._adapters = Adapters(model.load_adapter, model.free_adapter)
+        self._last_adapter: str | None = None  # whose turn the last step was, with several adapters running
 
     @property
     def busy(self) -> bool:
@@ -93,6 +101,8 @@ class BatchScheduler:
                 self._fail(request_id, "invalid_input", str(exc), exc.param)
             except GrammarError as exc:
                 self._fail(request_id, "invalid_input", str(exc), "response_format")
+            except AdapterError as exc:
+                self._fail(request_id, "invalid_input", str(exc), "lora")
             except Exception as exc:  # reported to this request alone; the others keep running
                 log.exception("could not start request %s", request_id, extra={"request_id": request_id})
                 self._fail(request_id, "internal", f"{type(exc).__name__}: {exc}", None)
@@ -103,7 +113,9 @@ class BatchScheduler:
         steering = self._steering(inputs.sampling)
         sampler = Sampler(inputs.sampling, self._model.n_vocab, self._model.vocab)  # before a slot is claimed
         sampler.remember(prompt)
-        placement = self._cache.admit(prompt)
+        if inputs.adapter is not None:
+            self._load_adapter(inputs.adapter)
+        placement = self._cache.admit(prompt, salt=inputs.adapter)
         self._running.append(
             Sequence(
                 request_id,
@@ -117,6 +129,7 @@ class BatchScheduler:
                 reasoning=self._reasoning_counter(prompt),
                 steering=steering,
                 background=inputs.background,
+                adapter=inputs.adapter,
             )
         )
         # The server learns the prompt's size now, so work cut short by a crash is still billed for it.
@@ -128,6 +141,12 @@ class BatchScheduler:
                 "cached_tokens": placement.reuse,
             }
         )
+
+    def _load_adapter(self, path: str) -> None:
+        try:
+            self._adapters.handle(path, in_use={s.adapter for s in self._running if s.adapter is not None})
+        except LlamaError as exc:
+            raise AdapterError(f"the LoRA adapter could not be loaded for this model: {exc}") from exc
 
     def _reasoning_counter(self, prompt: list[int]) -> ReasoningCounter:
         """Reasoning starts open when the prompt itself ends by opening it (GLM-4.7 with thinking on)."""
@@ -164,9 +183,10 @@ class BatchScheduler:
         make every step of that prompt, and so its first token, slower. Background prompts are fed at most
         `BACKGROUND_PREFILL_TOKENS` a step, so that an interactive request arriving mid-step waits for a short
         step, not for a batch of prompts."""
-        plan, room = StepPlan(), self._model.batch_tokens
         urgent = any(s.prefilling and not s.background for s in self._running)
-        taking = [s for s in self._running if not (urgent and s.background)]
+        candidates = [s for s in self._running if not (urgent and s.background)]
+        plan, room = StepPlan(adapter=self._adapter_turn(candidates)), self._model.batch_tokens
+        taking = [s for s in candidates if s.adapter == plan.adapter]
         for sequence in taking:
             if not sequence.prefilling and sequence.next_token is not None:
                 self._add(plan, sequence, [sequence.next_token], sample=True)
@@ -182,6 +202,14 @@ class BatchScheduler:
                     background_room -= len(chunk)
         return plan
 
+    def _adapter_turn(self, candidates: list[Sequence]) -> str | None:
+        """The adapter whose sequences this step decodes: the next one after the last step's, in a fixed order."""
+        present = sorted({s.adapter for s in candidates}, key=lambda adapter: adapter or "")
+        if len(present) <= 1:
+            return present[0] if present else None
+        last = self._last_adapter or ""
+        return next((adapter for adapter in present if (adapter or "") > last), present[0])
+
     def _add(self, plan: StepPlan, sequence: Sequence, tokens: list[int], sample: bool) -> None:
         start = self._cache.length(sequence.slot)
         for offset, token in enumerate(tokens):
@@ -194,10 +222,14 @@ class BatchScheduler:
     def _decode_next(self) -> StepPlan:
         while True:
             plan = self._plan()
-            if not plan.entries or self._model.decode(plan.entries) == 0:
+            if not plan.entries:
+                break
+            self._model.use_adapter(self._adapter_handle(plan.adapter))
+            if self._model.decode(plan.entries) == 0:
                 break
             if not self._make_room():
                 return StepPlan()
+        self._last_adapter = plan.adapter
         for sequence, tokens in plan.fed:
             self._cache.extend(sequence.slot, tokens)
             if sequence.prefilling:
@@ -205,6 +237,9 @@ class BatchScheduler:
             else:
                 sequence.next_token = None
         return plan
+
+    def _adapter_handle(self, path: str | None) -> object:
+        return None if path is None else self._adapters.handle(path)
 
     def _make_room(self) -> bool:
         """The KV cache is full: drop the least recently used idle sequence, else fail the newest running one.

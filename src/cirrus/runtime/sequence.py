@@ -51,6 +51,7 @@ class Sequence:
     reasoning: ReasoningCounter = field(default_factory=lambda: ReasoningCounter(None))
     steering: JsonSteering | None = None  # JSON mode: closes the answer before the budget runs out
     background: bool = False  # batch work: paused while an interactive prompt is evaluated
+    adapter: str | None = None  # the LoRA adapter's path: only sequences with the same one decode together
     matcher: StopMatcher = field(init=False)
     utf8: Utf8Assembler = field(default_factory=Utf8Assembler)
 

@@ -12,8 +12,8 @@ from cirrus.api import account_usage, admin, health, metrics
 from cirrus.api.anthropic import messages
 from cirrus.api.openai import batches, chat, completions, embeddings, files, responses
 from cirrus.api.openai import models as openai_models
+from cirrus.api.workers_ai import finetunes, run
 from cirrus.api.workers_ai import models as workers_ai_models
-from cirrus.api.workers_ai import run
 from cirrus.platform import Platform
 from cirrus.server.access_log import AccessLogMiddleware
 from cirrus.server.auth import AuthMiddleware
@@ -31,6 +31,7 @@ with contextlib.suppress(ImportError):
 ROUTERS = (
     run.router,
     workers_ai_models.router,
+    finetunes.router,
     chat.router,
     completions.router,
     responses.router,
@@ -50,7 +51,9 @@ def build_middleware_stack(app: ASGIApp, platform: Platform) -> ASGIApp:
     """Outermost last. The request id wraps everything, so even a refused request carries one and is logged;
     authentication comes before the body is read, so an unauthenticated caller cannot make us read 10 MB."""
     app = JsonBodyMiddleware(app)
-    app = BodyLimitMiddleware(app, platform.settings.max_body_bytes)
+    settings = platform.settings
+    upload_limit = settings.finetune_max_asset_bytes + finetunes.FORM_OVERHEAD_BYTES
+    app = BodyLimitMiddleware(app, settings.max_body_bytes, {finetunes.ASSET_UPLOAD_PATH: upload_limit})
     app = AuthMiddleware(app, platform, platform.settings.metrics_token_required)
     app = AccessLogMiddleware(app, platform.metrics)
     return RequestIdMiddleware(app)

@@ -4,7 +4,12 @@ A declared Content-Length over the limit is refused before a byte is read (the s
 A body without one (chunked) is read here, at most the limit plus one chunk, and refused as soon as it passes
 the limit; otherwise the app receives it whole. Raising from inside the app's receive() would not do: FastAPI
 turns any exception while it reads the body into its own 400 "error parsing the body".
+
+Routes that take larger bodies (a fine-tune's adapter upload) have their own limit, by path.
 """
+
+import re
+from collections.abc import Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,26 +19,35 @@ from cirrus.errors import RequestTooLarge
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, by_path: Mapping[re.Pattern[str], int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.by_path = dict(by_path or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self._limit(scope["path"])
         declared = self._declared_length(scope)
         if declared is not None:
-            if declared > self.max_bytes:
-                await self._refuse(scope, receive, send)
+            if declared > limit:
+                await self._refuse(scope, receive, send, limit)
             else:
                 await self.app(scope, receive, send)
             return
-        body = await self._read_within_limit(receive)
+        body = await self._read_within_limit(receive, limit)
         if body is None:
-            await self._refuse(scope, receive, send)
+            await self._refuse(scope, receive, send, limit)
             return
         await self.app(scope, self._replay(body, receive), send)
+
+    def _limit(self, path: str) -> int:
+        return next(
+            (limit for pattern, limit in self.by_path.items() if pattern.fullmatch(path)), self.max_bytes
+        )
 
     @staticmethod
     def _declared_length(scope: Scope) -> int | None:
@@ -42,7 +56,7 @@ class BodyLimitMiddleware:
                 return int(value)
         return None
 
-    async def _read_within_limit(self, receive: Receive) -> Message | None:
+    async def _read_within_limit(self, receive: Receive, limit: int) -> Message | None:
         """The whole body as one http.request message, or None once it passes the limit."""
         chunks: list[bytes] = []
         size = 0
@@ -52,7 +66,7 @@ class BodyLimitMiddleware:
                 return message
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -67,6 +81,6 @@ class BodyLimitMiddleware:
 
         return replay_receive
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        error = RequestTooLarge(f"Request is too large: the body is over the limit of {self.max_bytes} bytes")
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        error = RequestTooLarge(f"Request is too large: the body is over the limit of {limit} bytes")
         await error_response(error, protocol_for(scope["path"]))(scope, receive, send)

@@ -1,5 +1,6 @@
 """A Workers AI body checked against its model's task: the `/ai/run` route and the embedded SDK read it alike."""
 
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -41,7 +42,8 @@ def chat_request(spec: ModelSpec, body: TextGenerationInput) -> ChatRequest:
             "JSON mode (response_format) cannot be streamed: send stream false", param="stream"
         )
     messages = body.chat_messages()
-    return body.chat_request(spec.id, messages, options, prompt=body.prompt, raw=body.raw)
+    chat = body.chat_request(spec.id, messages, options, prompt=body.prompt, raw=body.raw)
+    return replace(chat, lora=body.lora)
 
 
 def _check_task(spec: ModelSpec, body: dict[str, Any]) -> None:

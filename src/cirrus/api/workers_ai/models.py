@@ -38,6 +38,8 @@ def model_record(entry: CatalogEntry) -> dict[str, Any]:
         "active_parameters_billions": spec.active_parameters,
     }
     properties.update({key: value for key, value in described.items() if value is not None})
+    if spec.lora_base is not None:  # as Workers AI marks the models that take fine-tunes
+        properties["lora"] = True
     return {
         "id": str(uuid.uuid5(uuid.NAMESPACE_URL, spec.id)),
         "name": spec.id,

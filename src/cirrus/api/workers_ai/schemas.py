@@ -48,6 +48,7 @@ class TextGenerationInput(GenerationOptions):
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    lora: str | None = Field(default=None, min_length=1, max_length=128)  # a fine-tune's id or name
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> "TextGenerationInput":
