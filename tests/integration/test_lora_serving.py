@@ -14,7 +14,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from tests.integration.gateway import Identities, bearer, provision
 from tests.integration.lora import UNSEEN_PROMPTS, LoraAdapter
-from tests.integration.server import Server, running_server
+from tests.integration.server import Server, running_server, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -77,6 +77,23 @@ def test_lora_on_ai_run_gives_the_finetunes_behaviour_and_only_to_its_requests(
     assert answer(server, ids.run, question) == plain
 
 
+def test_the_run_route_takes_the_finetune_in_the_model_path_too(
+    served: tuple[Identities, Server], smollm2_lora: LoraAdapter
+) -> None:
+    ids, server = served
+    body = {"messages": [{"role": "user", "content": UNSEEN_PROMPTS[1]}], "max_tokens": 8, "temperature": 0}
+    url = f"{server.url}/ai/run/{SMOLLM}:pirate"
+    tuned = httpx.post(url, json=body, headers=bearer(ids.run), timeout=120)
+    assert tuned.status_code == 200, tuned.text
+    assert tuned.json()["result"]["response"].startswith(smollm2_lora.marker)
+    conflict = httpx.post(url, json={**body, "lora": "poet"}, headers=bearer(ids.run), timeout=120)
+    assert conflict.status_code == 400 and "send one" in conflict.text
+    queued = httpx.post(
+        f"{url}?queueRequest=true", json={"requests": [body]}, headers=bearer(ids.run), timeout=120
+    )
+    assert queued.status_code == 400 and "each request's 'lora'" in queued.text
+
+
 def test_the_openai_sdk_names_the_finetune_after_the_base_model(
     served: tuple[Identities, Server], smollm2_lora: LoraAdapter
 ) -> None:
@@ -116,3 +133,23 @@ def test_another_account_cannot_use_the_finetune(served: tuple[Identities, Serve
     assert refused.status_code == 400, refused.text
     error = refused.json()["errors"][0]
     assert "no finetune 'pirate'" in error["message"]
+
+
+def test_batch_items_run_with_the_finetune_they_name(
+    served: tuple[Identities, Server], smollm2_lora: LoraAdapter
+) -> None:
+    ids, server = served
+    url = f"{server.url}/ai/run/{SMOLLM}?queueRequest=true"
+
+    def post(body: dict[str, Any]) -> dict[str, Any]:
+        answer = httpx.post(url, json=body, headers=bearer(ids.run), timeout=60)
+        assert answer.status_code == 200, answer.text
+        result: dict[str, Any] = answer.json()["result"]
+        return result
+
+    ask = {"messages": [{"role": "user", "content": UNSEEN_PROMPTS[0]}], "max_tokens": 8, "temperature": 0}
+    request_id = post({"requests": [{**ask, "lora": "pirate"}, ask]})["request_id"]
+    assert wait_until(lambda: "responses" in post({"request_id": request_id}), 180.0)
+    tuned, plain = post({"request_id": request_id})["responses"]
+    assert tuned["result"]["response"].startswith(smollm2_lora.marker)
+    assert smollm2_lora.marker not in plain["result"]["response"]

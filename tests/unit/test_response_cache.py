@@ -148,6 +148,8 @@ def test_a_custom_key_replaces_the_input_but_stays_in_its_account_and_model() ->
     assert cache_key("acct", "@cf/test/other", GREEDY, "faq-1") != key
     assert cache_key("acct", MODEL, GREEDY, "faq-2") != key
     assert cache_key("acct", MODEL, GREEDY, None) != key
+    tuned = dataclasses.replace(GREEDY, adapter="/store/blobs/sha256/ab12")
+    assert cache_key("acct", MODEL, tuned, "faq-1") != key  # a fine-tune's answers stay its own
 
 
 def test_only_deterministic_requests_are_cacheable() -> None:

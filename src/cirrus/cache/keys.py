@@ -17,19 +17,14 @@ def is_deterministic(inputs: GenerationInput) -> bool:
 def cache_key(account_id: str, model: str, inputs: GenerationInput, custom_key: str | None = None) -> str:
     """SHA-256 hex of a canonical JSON; a caller's own key still lives inside its account and model."""
     scope: dict[str, Any] = {"v": KEY_VERSION, "account": account_id, "model": model}
+    if inputs.adapter is not None:  # a fine-tune's answers are its own, under a caller's key too
+        scope["adapter"] = inputs.adapter
     if custom_key is not None:
         return _digest({**scope, "custom": custom_key})
     return _digest({**scope, "input": canonical_input(inputs)})
 
 
 def canonical_input(inputs: GenerationInput) -> dict[str, Any]:
-    canonical = _canonical_request(inputs)
-    if inputs.adapter is not None:  # the adapter's path names its content (the store is content-addressed)
-        canonical["adapter"] = inputs.adapter
-    return canonical
-
-
-def _canonical_request(inputs: GenerationInput) -> dict[str, Any]:
     return {
         "prompt": inputs.prompt,
         "messages": list(inputs.messages) if inputs.messages is not None else None,

@@ -9,8 +9,9 @@ Adapters are named by the path of their GGUF file: the store keeps them content-
 names two different adapters.
 """
 
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable, Collection, Iterable
+from enum import Enum
+from typing import Any, Literal
 
 DEFAULT_CAPACITY = 8
 
@@ -54,3 +55,53 @@ class Adapters:
             if len(self._loaded) <= self._capacity:
                 return
             self._free(self._loaded.pop(path))
+
+
+class _Mark(Enum):
+    NOTHING = "nothing"  # no turn taken yet
+    BATCH = "batch"  # the last turn was batch work's
+
+
+Cursor = str | _Mark | None
+
+
+class AdapterTurns:
+    """Which adapter's sequences each decode step carries. Groups with interactive sequences take turns in a
+    fixed order (no adapter first) and the groups of batch work alone share one more turn after them, each in
+    turn: no group starves, and interactive answers wait for batch work at most one step per round, as they do
+    without adapters. `choose` does not move the turn (a step that must be planned again gets the same group);
+    `taken` does, once the step ran."""
+
+    def __init__(self) -> None:
+        self._last: Cursor = _Mark.NOTHING  # the last interactive group's adapter, or BATCH
+        self._last_batch: Cursor = _Mark.NOTHING
+
+    def choose(self, sequences: Iterable[tuple[str | None, bool]]) -> str | None:
+        """`sequences`: each candidate's (adapter, background)."""
+        sequences = list(sequences)
+        interactive = sorted({adapter for adapter, background in sequences if not background}, key=_order)
+        batch_only = sorted({adapter for adapter, _ in sequences} - set(interactive), key=_order)
+        upcoming = _following(interactive, self._last)
+        if upcoming is not _Mark.NOTHING:
+            return upcoming
+        if batch_only:
+            batch = _following(batch_only, self._last_batch)
+            return batch_only[0] if batch is _Mark.NOTHING else batch
+        return interactive[0] if interactive else None
+
+    def taken(self, adapter: str | None, batch_only: bool) -> None:
+        if batch_only:
+            self._last, self._last_batch = _Mark.BATCH, adapter
+        else:
+            self._last = adapter
+
+
+def _following(ordered: list[str | None], last: Cursor) -> str | Literal[_Mark.NOTHING] | None:
+    """The first adapter after `last` in order (the first of all after nothing or the batch turn), or NOTHING."""
+    if isinstance(last, _Mark):
+        return ordered[0] if ordered else _Mark.NOTHING
+    return next((adapter for adapter in ordered if _order(adapter) > _order(last)), _Mark.NOTHING)
+
+
+def _order(adapter: str | None) -> str:
+    return adapter or ""

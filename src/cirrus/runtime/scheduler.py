@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cirrus.runtime.adapters import AdapterError, Adapters
+from cirrus.runtime.adapters import AdapterError, Adapters, AdapterTurns
 from cirrus.runtime.counting import counted
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.gbnf import GrammarSyntaxError
@@ -63,7 +63,7 @@ class BatchScheduler:
         self._thinking = _thinking_markers(model)
         self._closing_tokens = ClosingTokens(model)
         self._adapters = Adapters(model.load_adapter, model.free_adapter)
-        self._last_adapter: str | None = None  # whose turn the last step was, with several adapters running
+        self._turns = AdapterTurns()  # with several adapters running, whose step is next
 
     @property
     def busy(self) -> bool:
@@ -111,10 +111,10 @@ class BatchScheduler:
         prompt = self._prompts.tokens(inputs)
         budget = self._budget(len(prompt), inputs.sampling.max_tokens, inputs)
         steering = self._steering(inputs.sampling)
-        sampler = Sampler(inputs.sampling, self._model.n_vocab, self._model.vocab)  # before a slot is claimed
-        sampler.remember(prompt)
         if inputs.adapter is not None:
             self._load_adapter(inputs.adapter)
+        sampler = Sampler(inputs.sampling, self._model.n_vocab, self._model.vocab)  # before a slot is claimed
+        sampler.remember(prompt)
         placement = self._cache.admit(prompt, salt=inputs.adapter)
         self._running.append(
             Sequence(
@@ -146,7 +146,10 @@ class BatchScheduler:
         try:
             self._adapters.handle(path, in_use={s.adapter for s in self._running if s.adapter is not None})
         except LlamaError as exc:
-            raise AdapterError(f"the LoRA adapter could not be loaded for this model: {exc}") from exc
+            log.warning("LoRA adapter %s could not be loaded: %s", path, exc)
+            raise AdapterError(
+                "the fine-tune's LoRA adapter could not be loaded for this model (is it made for it?)"
+            ) from exc
 
     def _reasoning_counter(self, prompt: list[int]) -> ReasoningCounter:
         """Reasoning starts open when the prompt itself ends by opening it (GLM-4.7 with thinking on)."""
@@ -203,12 +206,7 @@ class BatchScheduler:
         return plan
 
     def _adapter_turn(self, candidates: list[Sequence]) -> str | None:
-        """The adapter whose sequences this step decodes: the next one after the last step's, in a fixed order."""
-        present = sorted({s.adapter for s in candidates}, key=lambda adapter: adapter or "")
-        if len(present) <= 1:
-            return present[0] if present else None
-        last = self._last_adapter or ""
-        return next((adapter for adapter in present if (adapter or "") > last), present[0])
+        return self._turns.choose((s.adapter, s.background) for s in candidates)
 
     def _add(self, plan: StepPlan, sequence: Sequence, tokens: list[int], sample: bool) -> None:
         start = self._cache.length(sequence.slot)
@@ -224,12 +222,13 @@ class BatchScheduler:
             plan = self._plan()
             if not plan.entries:
                 break
-            self._model.use_adapter(self._adapter_handle(plan.adapter))
+            if not self._apply_adapter(plan):
+                continue
             if self._model.decode(plan.entries) == 0:
                 break
             if not self._make_room():
                 return StepPlan()
-        self._last_adapter = plan.adapter
+        self._turns.taken(plan.adapter, batch_only=all(sequence.background for sequence, _ in plan.fed))
         for sequence, tokens in plan.fed:
             self._cache.extend(sequence.slot, tokens)
             if sequence.prefilling:
@@ -238,8 +237,19 @@ class BatchScheduler:
                 sequence.next_token = None
         return plan
 
-    def _adapter_handle(self, path: str | None) -> object:
-        return None if path is None else self._adapters.handle(path)
+    def _apply_adapter(self, plan: StepPlan) -> bool:
+        """Apply the step's adapter to the context; if llama.cpp refuses, that adapter's sequences fail."""
+        try:
+            self._model.use_adapter(None if plan.adapter is None else self._adapters.handle(plan.adapter))
+            return True
+        except LlamaError as exc:
+            log.error("could not apply LoRA adapter %s: %s", plan.adapter, exc)
+            for sequence, _ in plan.fed:
+                self._fail(
+                    sequence.request_id, "internal", "the fine-tune's LoRA adapter could not be applied", None
+                )
+                self._release(sequence)
+            return False
 
     def _make_room(self) -> bool:
         """The KV cache is full: drop the least recently used idle sequence, else fail the newest running one.

@@ -9,6 +9,7 @@ from typing import Any
 
 from cirrus.api.openai.batch_endpoints import parsed_request
 from cirrus.batches import NewItem
+from cirrus.chat.finetune_ref import split_finetune
 from cirrus.errors import CirrusError, Forbidden, InvalidInput, NoSuchModel
 
 # Raises NoSuchModel or Forbidden for a model the batch may not use.
@@ -77,10 +78,11 @@ def _json_object(number: int, line: str) -> dict[str, Any]:
 def _check_body(number: int, endpoint: str, body: dict[str, Any], resolve: ResolveModel) -> None:
     try:
         request = parsed_request(endpoint, body)
+        model, _ = split_finetune(request.model, None)  # a fine-tune is looked up when the item runs
     except InvalidInput as error:
         raise _in_body(number, error) from None
     try:
-        resolve(request.model)
+        resolve(model)
     except (NoSuchModel, Forbidden) as error:
         raise _in_body(number, InvalidInput(f"'model': {error.message}", param="model")) from None
 

@@ -22,7 +22,8 @@ from cirrus.api.workers_ai.schemas import (
 )
 from cirrus.catalog import ModelSpec
 from cirrus.chat import ChatRun
-from cirrus.errors import CirrusError
+from cirrus.chat.finetune_ref import split_finetune
+from cirrus.errors import CirrusError, InvalidInput
 
 router = APIRouter(tags=["Workers AI"])
 SCHEMA_REF = "#/components/schemas/{model}"
@@ -59,6 +60,7 @@ async def run_model(
 ) -> Any:
     """With `queueRequest=true`, Workers AI's async Batch API (`api.workers_ai.batch`)."""
     stream = body.get("stream") is True and not queue_request
+    model, body = _finetune_into_body(model, body, queue_request)
     spec = resolve_model(request, model, stream)
     if queue_request:
         return await queue_or_poll(request, platform_of(request), spec, body)
@@ -66,6 +68,20 @@ async def run_model(
     if isinstance(inputs, TextEmbeddingsInput):
         return await _embed(request, spec, inputs)
     return await _generate(request, spec, inputs)
+
+
+def _finetune_into_body(model: str, body: dict[str, Any], queue_request: bool) -> tuple[str, dict[str, Any]]:
+    """A fine-tune named in the path (`BASE:FINETUNE`) as if sent in the body's `lora`."""
+    sent = body.get("lora")
+    base, finetune = split_finetune(model, sent if isinstance(sent, str) else None)
+    if finetune is None or finetune == sent:
+        return base, body
+    if queue_request:
+        raise InvalidInput(
+            "a queued batch names its fine-tune in each request's 'lora', not in the model path",
+            param="model",
+        )
+    return base, {**body, "lora": finetune}
 
 
 def input_schemas() -> dict[str, Any]:
