@@ -3,6 +3,7 @@ created, its two PEFT files (a synthetic random-weight SmolLM2 adapter, r=8 on q
 httpx, the `cloudflare` SDK and the `cirrus finetunes` CLI, converted by llama.cpp's converter, listed and read
 back ready; a wrong rank, base, shape or size is refused with its message; another account sees none of it."""
 
+import itertools
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import cloudflare
 import httpx
 import pytest
 
+from cirrus.api.workers_ai.finetunes import FORM_OVERHEAD_BYTES
 from cirrus.finetunes.convert import converter_available, converter_script
 from tests.integration.gateway import Identities, bearer, provision
 from tests.integration.server import Server, running_server, write_catalog
@@ -276,3 +278,63 @@ def test_another_account_sees_nothing_of_a_finetune(server: Server, ids: Identit
     assert call(server, ids.run, "DELETE", f"{FINETUNES}/private").json()["result"]["deleted"] is True
     assert call(server, ids.run, "GET", f"{FINETUNES}/private").status_code == 404
     assert call(server, ids.other, "GET", f"{FINETUNES}/private").status_code == 200
+
+
+def test_a_token_sees_and_changes_only_the_finetunes_of_models_it_may_use(
+    server: Server, ids: Identities, tmp_path: Path
+) -> None:
+    made = create(server, ids.run, "smollm-only")
+    adapter = write_adapter(tmp_path / "narrow")
+    listed = call(server, ids.narrow, "GET", FINETUNES).json()["result"]
+    assert "smollm-only" not in [f["name"] for f in listed]
+    for method, path in (
+        ("GET", f"{FINETUNES}/smollm-only"),
+        ("GET", f"{FINETUNES}/{made['id']}"),
+        ("DELETE", f"{FINETUNES}/smollm-only"),
+    ):
+        code, message = refusal(call(server, ids.narrow, method, path), 403)
+        assert code == 3041 and f"this token may not use {SMOLLM}" in message, (method, path, message)
+    narrow_upload = upload(server, ids.narrow, "smollm-only", adapter / "adapter_config.json")
+    assert refusal(narrow_upload, 403)[0] == 3041
+    read = call(server, ids.run, "GET", f"{FINETUNES}/smollm-only").json()["result"]
+    assert read["id"] == made["id"] and read["assets"] == []
+
+
+def test_an_upload_to_a_finetune_that_cannot_take_it_is_refused_before_its_body_is_read(
+    server: Server, ids: Identities
+) -> None:
+    """The body here is not a form at all: a route that read it first would answer that, not the finetune."""
+    create(server, ids.run, "takes-uploads")
+    for token, ref, status, code in (
+        (ids.run, "no-such-finetune", 404, 3042),
+        (ids.other, "takes-uploads", 404, 3042),
+        (ids.narrow, "takes-uploads", 403, 3041),
+    ):
+        answer = call(server, token, "POST", f"{FINETUNES}/{ref}/finetune-assets", content=b"not a form")
+        assert refusal(answer, status)[0] == code, answer.text
+
+
+def test_a_chunked_upload_is_read_as_it_arrives_and_refused_past_the_upload_limit(
+    server: Server, ids: Identities, tmp_path: Path
+) -> None:
+    """Without a Content-Length the body reaches the route as it comes; past the route's limit it stops with the
+    same 413 as a declared length over it."""
+    create(server, ids.run, "chunked")
+    config = (write_adapter(tmp_path / "chunked") / "adapter_config.json").read_bytes()
+    head = (
+        b'--b\r\nContent-Disposition: form-data; name="file_name"\r\n\r\nadapter_config.json\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="adapter_config.json"\r\n\r\n'
+    )
+
+    def post(chunks: Iterator[bytes]) -> httpx.Response:
+        headers = {**bearer(ids.run), "content-type": "multipart/form-data; boundary=b"}
+        url = f"{server.url}{FINETUNES}/chunked/finetune-assets"
+        return httpx.post(url, headers=headers, content=chunks, timeout=300)
+
+    accepted = post(iter([head, config, b"\r\n--b--\r\n"]))
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["result"]["assets"] == ["adapter_config.json"]
+    limit = MAX_ASSET_BYTES + FORM_OVERHEAD_BYTES
+    endless = itertools.chain([head], itertools.repeat(b"\0" * 65536, limit // 65536 + 16))
+    code, message = refusal(post(endless), 413)
+    assert code == 3006 and f"over the limit of {limit} bytes" in message

@@ -2,6 +2,7 @@
 blob; the second asset converts the pair (both files side by side, as PEFT wrote them) and the finetune records
 the adapter's digest and path; a failed or impossible conversion leaves it not ready, with a clear error."""
 
+import asyncio
 import json
 import re
 import shutil
@@ -83,8 +84,10 @@ def adapter(tmp_path: Path) -> Path:
     return write_adapter(tmp_path / "adapter")
 
 
-async def uploads_on(database: Database, root: Path) -> tuple[AssetUploads, FinetuneStore, BlobStore]:
-    store = await FinetuneStore.open(database)
+async def uploads_on(
+    database: Database, root: Path, store: FinetuneStore | None = None
+) -> tuple[AssetUploads, FinetuneStore, BlobStore]:
+    store = store or await FinetuneStore.open(database)
     blobs = BlobStore(root / "store")
     catalog = load_catalog(None, Settings().cache_dir)
     uploads = AssetUploads(store, blobs, catalog, FakeBases(), AssetLimits(32, 300 * 1024 * 1024, 60.0))
@@ -151,6 +154,41 @@ async def test_a_file_that_disagrees_with_the_other_asset_is_refused_before_it_i
     found = await store.find("acct-a", "pirate")
     assert found is not None and found.uploaded == [Asset.CONFIG] and len(blobs.digests()) == 1
     assert not converter.calls
+
+
+class LookupsInStep(FinetuneStore):
+    """A store whose lookups wait for each other: two uploads at once each find the finetune before either asset
+    is recorded, so each checks its own file alone."""
+
+    def __init__(self, database: Database, parties: int) -> None:
+        super().__init__(database)
+        self._together = asyncio.Barrier(parties)
+
+    async def find(self, account_id: str, ref: str) -> Finetune | None:
+        found = await super().find(account_id, ref)
+        await self._together.wait()
+        return found
+
+
+async def test_two_assets_uploaded_at_once_are_checked_together_before_conversion(
+    database: Database, tmp_path: Path, adapter: Path, converter: FakeConverter
+) -> None:
+    store = await FinetuneStore.open(database)
+    uploads, _, _ = await uploads_on(database, tmp_path, LookupsInStep(database, parties=2))
+    await store.create("acct-a", "pirate", SMOLLM, None)
+    rank_16 = write_adapter(tmp_path / "rank-16", tensors=lora_tensors(rank=16, layers=2))
+    outcomes = await asyncio.gather(
+        upload(uploads, "pirate", adapter / Asset.CONFIG.value, Asset.CONFIG),
+        upload(uploads, "pirate", rank_16 / Asset.WEIGHTS.value, Asset.WEIGHTS),
+        return_exceptions=True,
+    )
+    refusals = [str(outcome) for outcome in outcomes if isinstance(outcome, InvalidInput)]
+    mismatch = "has rank 16, but adapter_config.json says r = 8"
+    assert refusals and all(mismatch in refusal for refusal in refusals), outcomes
+    assert all(isinstance(outcome, Finetune | InvalidInput) for outcome in outcomes), outcomes
+    assert not converter.calls
+    found = await store.find("acct-a", "pirate")
+    assert found is not None and not found.ready and found.missing == []
 
 
 async def test_another_accounts_finetune_is_not_found(

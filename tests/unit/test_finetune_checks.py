@@ -16,6 +16,7 @@ from cirrus.config import Settings
 from cirrus.errors import InvalidInput
 from cirrus.finetunes.base_shape import BaseShape, UnknownShape, base_shape
 from cirrus.finetunes.checks import AdapterConfig, AdapterWeights, check_config, check_pair, check_weights
+from cirrus.finetunes.safetensors_header import MAX_HEADER_BYTES as HEADER_LIMIT
 from cirrus.store.gguf import read_metadata
 from tests.unit.synthetic_adapter import SMOLLM_BASE, adapter_config, lora_tensors, write_adapter
 
@@ -244,3 +245,41 @@ def test_the_tensors_ranks_must_be_the_configs_unless_a_rank_pattern_says_otherw
     message = refusal(check_pair, AdapterConfig(8, {}), summary)
     assert "model.layers.0.self_attn.v_proj has rank 16, but adapter_config.json says r = 8" in message
     check_pair(AdapterConfig(8, {"v_proj": 16}), summary)
+
+
+def nested(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+def test_a_config_nested_too_deeply_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "adapter_config.json"
+    path.write_text(nested(100_000))
+    message = refusal(check_config, path, SMOLLM_BASE, MAX_RANK)
+    assert message == "adapter_config.json: it is not valid JSON (it is nested too deeply)"
+
+
+def test_a_safetensors_header_nested_too_deeply_is_refused(tmp_path: Path, smollm: BaseShape) -> None:
+    path = tmp_path / "adapter_model.safetensors"
+    path.write_bytes(framed(nested(100_000).encode()))
+    message = refusal(check_weights, path, smollm, MAX_RANK, MAX_BYTES)
+    assert message.startswith("adapter_model.safetensors is not a valid safetensors file")
+    assert "its header is not JSON (it is nested too deeply)" in message
+
+
+def test_a_safetensors_header_over_a_few_megabytes_is_refused(tmp_path: Path, smollm: BaseShape) -> None:
+    header = b"{}" + b" " * (HEADER_LIMIT - 1)
+    path = tmp_path / "adapter_model.safetensors"
+    path.write_bytes(framed(header))
+    message = refusal(check_weights, path, smollm, MAX_RANK, MAX_BYTES)
+    assert f"its header claims {HEADER_LIMIT + 1} bytes; a header may be at most {HEADER_LIMIT:,}" in message
+    path.write_bytes(framed(header[:-1]))
+    assert "it holds no tensors" in refusal(check_weights, path, smollm, MAX_RANK, MAX_BYTES)
+
+
+def test_a_layer_number_too_long_to_be_a_layer_is_refused(tmp_path: Path, smollm: BaseShape) -> None:
+    name = f"base_model.model.model.layers.{'9' * 5000}.self_attn.q_proj.lora_A.weight"
+    header = json.dumps({name: {"dtype": "F32", "shape": [8, 576], "data_offsets": [0, 0]}}).encode()
+    path = tmp_path / "adapter_model.safetensors"
+    path.write_bytes(framed(header))
+    message = refusal(check_weights, path, smollm, MAX_RANK, MAX_BYTES)
+    assert "is not a LoRA matrix of a llama projection" in message

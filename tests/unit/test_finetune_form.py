@@ -63,6 +63,13 @@ async def test_a_form_without_a_file_has_none(tmp_path: Path) -> None:
     assert form == UploadForm({"file_name": "adapter_config.json"}, False, 0, None)
 
 
+async def test_only_the_file_name_field_is_kept_however_many_others_come(tmp_path: Path) -> None:
+    others = {f"extra-{n}": "x" * 60_000 for n in range(20)}
+    body, content_type = encoded(CONTENT, **others, file_name="adapter_config.json")
+    form = await read(body, content_type, tmp_path / "staged")
+    assert form == UploadForm({"file_name": "adapter_config.json"}, True, len(CONTENT), "weights.bin")
+
+
 @pytest.mark.parametrize(
     ("cut", "content_type", "expected"),
     [

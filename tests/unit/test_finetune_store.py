@@ -2,11 +2,19 @@
 names unique within an account; at most `limit` per account; assets recorded until the finetune is ready, and
 ready only with the assets it was converted from; `resolve` gives inference the adapter, or a clear 400."""
 
+import asyncio
 import re
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
 
+import psycopg
 import pytest
 
-from cirrus.db import Database
+from cirrus.db import Database, Row
+from cirrus.db.opening import is_postgres_url
+from cirrus.db.postgres import to_pyformat
 from cirrus.errors import InvalidInput
 from cirrus.finetunes import Adapter, Asset, FinetuneStore
 from cirrus.finetunes.errors import FinetuneAssetsMissing
@@ -65,6 +73,99 @@ async def test_an_account_holds_at_most_its_limit(database: Database) -> None:
     await store.create("acct-b", "tune-0", SMOLLM, None)  # another account counts its own
     assert await store.delete("acct-a", made[0].id)
     assert (await store.create("acct-a", "tune-3", SMOLLM, None)).name == "tune-3"
+
+
+class Uncommitted:
+    """Another gateway's connection in the middle of a transaction: nothing written through it is seen by others
+    until `commit`."""
+
+    def __init__(self, url: str, postgres: psycopg.AsyncConnection[Any] | None) -> None:
+        self.dialect = "postgresql" if postgres is not None else "sqlite"
+        self._postgres = postgres
+        self._sqlite = None if postgres is not None else sqlite3.connect(url, isolation_level=None)
+        if self._sqlite is not None:
+            self._sqlite.execute("BEGIN")
+
+    async def _run(self, sql: str, params: Sequence[Any]) -> tuple[int, list[Row]]:
+        if self._postgres is not None:
+            cursor = await self._postgres.execute(to_pyformat(sql), tuple(params))
+            rows = await cursor.fetchall() if cursor.description else []
+            return cursor.rowcount, [tuple(row) for row in rows]
+        assert self._sqlite is not None
+        found = self._sqlite.execute(sql, tuple(params))
+        return found.rowcount, [tuple(row) for row in found.fetchall()]
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return (await self._run(sql, params))[0]
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        for row in rows:
+            await self._run(sql, row)
+
+    async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return (await self._run(sql, params))[1]
+
+    async def fetch_one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        return next(iter(await self.fetch_all(sql, params)), None)
+
+    async def migrate(self, statements: Sequence[str]) -> None:
+        raise AssertionError("the test migrates through the gateway's own database")
+
+    async def commit(self) -> None:
+        if self._postgres is not None:
+            await self._postgres.commit()
+        elif self._sqlite is not None:
+            self._sqlite.execute("COMMIT")
+
+    async def close(self) -> None:
+        if self._postgres is not None:
+            await self._postgres.close()
+        elif self._sqlite is not None:
+            self._sqlite.close()
+
+
+@asynccontextmanager
+async def uncommitted(url: str) -> AsyncIterator[Uncommitted]:
+    postgres = await psycopg.AsyncConnection.connect(url) if is_postgres_url(url) else None
+    transaction = Uncommitted(url, postgres)
+    try:
+        yield transaction
+    finally:
+        await transaction.close()
+
+
+async def until_blocked_or_done(task: "asyncio.Task[Any]", url: str) -> None:
+    """Until `task`'s statement waits for a lock, or `task` is done. PostgreSQL shows its waiting statements;
+    SQLite does not, so there the statement is given a moment to reach the lock."""
+    if not is_postgres_url(url):
+        await asyncio.wait({task}, timeout=0.2)
+        return
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as watcher:
+        while not task.done():
+            if await (await watcher.execute(waiting)).fetchone() != (0,):
+                return
+            await asyncio.sleep(0.02)
+
+
+async def test_creates_at_once_from_two_gateways_keep_to_the_limit(
+    database: Database, database_url: str
+) -> None:
+    """One gateway's create is not yet committed when another's runs: the second must wait for the first and
+    count it, rather than count what it saw committed when it began."""
+    store = await FinetuneStore.open(database, limit=1)
+    async with uncommitted(database_url) as other:
+        await FinetuneStore(other, limit=1).create("acct-a", "first", SMOLLM, None)
+        racing = asyncio.create_task(store.create("acct-a", "second", SMOLLM, None))
+        await until_blocked_or_done(racing, database_url)
+        await other.commit()
+    with pytest.raises(InvalidInput, match="the account has 1 finetunes, the most it may have"):
+        await racing
+    assert [f.name for f in await store.list("acct-a")] == ["first"]
+    assert (await store.create("acct-b", "first", SMOLLM, None)).name == "first"  # each account its own
 
 
 async def test_assets_are_recorded_until_ready_and_ready_needs_the_converted_ones(database: Database) -> None:

@@ -2,7 +2,9 @@
 checks that refuse a broken adapter with a plain reason, and the refusal when the converter is not installed.
 (tests/integration/test_lora_conversion.py runs llama.cpp's converter on a trained adapter.)"""
 
+import contextlib
 import json
+import os
 import re
 import struct
 import sys
@@ -13,6 +15,7 @@ import pytest
 from cirrus.catalog import ArtifactRef
 from cirrus.catalog.artifacts import locate
 from cirrus.config import default_cache_dir
+from cirrus.finetunes import convert
 from cirrus.finetunes.convert import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -125,3 +128,31 @@ def test_without_the_converter_it_says_how_to_install_it(
     with pytest.raises(ConverterMissing, match=re.escape("scripts/bootstrap.sh --test-services")):
         convert_adapter(_adapter(tmp_path / "adapter"), smollm2, tmp_path / "adapter.gguf")
     assert not (tmp_path / "adapter.gguf").exists()
+
+
+def test_a_config_nested_too_deeply_is_named(smollm2: Path, tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path / "adapter")
+    (adapter / ADAPTER_CONFIG).write_text("[" * 100_000 + "]" * 100_000)
+    message = _refusal(adapter, smollm2, tmp_path)
+    assert message == "adapter_config.json is not valid JSON: it is nested too deeply"
+
+
+def _open_files_under(folder: Path) -> list[str]:
+    """The files under `folder` that this process holds open (deleted ones too)."""
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [target for target in targets if target.startswith(str(folder))]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to see open files")
+def test_a_failed_conversion_leaves_no_file_open(
+    smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(convert, "_require_converter", lambda: None)
+    monkeypatch.setattr(convert, "_run", lambda command, log, timeout_s: "RuntimeError: no tensors mapped")
+    with pytest.raises(ConversionError, match="no tensors mapped"):
+        convert_adapter(_adapter(tmp_path / "adapter"), smollm2, tmp_path / "out" / "adapter.gguf")
+    assert _open_files_under(tmp_path) == []
+    assert list((tmp_path / "out").iterdir()) == []

@@ -4,9 +4,10 @@ are checked together and converted to a GGUF LoRA adapter with llama.cpp's conve
 conversion at a time, and the finetune records that adapter's digest and path.
 
 A refused file leaves nothing behind (unless identical bytes were stored before); a file is checked alone, then
-beside the finetune's other asset where that is in. A conversion that fails leaves the finetune not ready with
-both assets recorded: uploading either again tries again. A ready finetune's assets
-cannot change (as on Workers AI): its adapter is what requests already run with.
+beside the finetune's other asset where that is in. The two recorded files are checked together again before they
+are converted, as two uploads at once each saw the other asset missing. A pair refused then, or a conversion that
+fails, leaves the finetune not ready with both assets recorded: uploading either again tries again. A ready
+finetune's assets cannot change (as on Workers AI): its adapter is what requests already run with.
 """
 
 import asyncio
@@ -65,17 +66,22 @@ class AssetUploads:
         self._blobs.scratch.mkdir(parents=True, exist_ok=True)
         return tempfile.TemporaryDirectory(dir=self._blobs.scratch, prefix="finetune-")
 
-    async def upload(self, account_id: str, ref: str, asset: Asset, staged: Path) -> Finetune:
-        finetune = await self._store.find(account_id, ref)
-        if finetune is None:
-            raise NotFound(f"no finetune '{ref}' in this account", param="finetune_id")
+    def open_for_upload(self, finetune: Finetune) -> ModelSpec:
+        """The base model `finetune`'s assets are checked against: InvalidInput if it is ready (its assets cannot
+        change), LoraUnsupported if its model takes no adapters."""
         if finetune.ready:
             raise InvalidInput(
                 f"finetune '{finetune.name}' is ready: its assets cannot change; create a new finetune",
                 param="file_name",
             )
-        spec = lora_base_model(self._catalog, finetune.model)
-        await self._check(finetune, asset, staged, spec)
+        return lora_base_model(self._catalog, finetune.model)
+
+    async def upload(self, account_id: str, ref: str, asset: Asset, staged: Path) -> Finetune:
+        finetune = await self._store.find(account_id, ref)
+        if finetune is None:
+            raise NotFound(f"no finetune '{ref}' in this account", param="finetune_id")
+        spec = self.open_for_upload(finetune)
+        await self._check({asset: staged, **self._recorded(finetune, leaving_out=asset)}, spec)
         blob = await asyncio.to_thread(self._blobs.adopt, staged)
         recorded = await self._store.set_asset(finetune.id, asset, blob.digest)
         if recorded is None:  # deleted, or made ready by another upload, meanwhile
@@ -84,12 +90,13 @@ class AssetUploads:
             return recorded
         return await self._make_ready(recorded, spec)
 
-    async def _check(self, finetune: Finetune, asset: Asset, staged: Path, spec: ModelSpec) -> None:
-        """The staged file alone, then beside the finetune's other asset where that was uploaded."""
-        checked = {asset: await self._checked(asset, staged, spec)}
-        for other, digest in finetune.digests.items():
-            if other is not asset:
-                checked[other] = await self._checked(other, self._blobs.get(digest).path, spec)
+    def _recorded(self, finetune: Finetune, leaving_out: Asset | None = None) -> dict[Asset, Path]:
+        digests = finetune.digests.items()
+        return {asset: self._blobs.get(digest).path for asset, digest in digests if asset is not leaving_out}
+
+    async def _check(self, files: dict[Asset, Path], spec: ModelSpec) -> None:
+        """Each file alone, in order, then the two together where both are there."""
+        checked = {asset: await self._checked(asset, path, spec) for asset, path in files.items()}
         config, weights = checked.get(Asset.CONFIG), checked.get(Asset.WEIGHTS)
         if isinstance(config, AdapterConfig) and isinstance(weights, AdapterWeights):
             check_pair(config, weights)
@@ -113,10 +120,10 @@ class AssetUploads:
 
     async def _make_ready(self, finetune: Finetune, spec: ModelSpec) -> Finetune:
         """The ready finetune, or the one a concurrent upload made ready first."""
-        digests = finetune.digests
-        config = self._blobs.get(digests[Asset.CONFIG]).path
-        weights = self._blobs.get(digests[Asset.WEIGHTS]).path
-        adapter = await self._convert(config, weights, spec)
+        files = self._recorded(finetune)
+        # Two uploads at once each checked their file while the other was not recorded yet: check them together.
+        await self._check(files, spec)
+        adapter = await self._convert(files[Asset.CONFIG], files[Asset.WEIGHTS], spec)
         await self._store.mark_ready(finetune, adapter.digest, str(adapter.path))
         current = await self._store.get(finetune.account_id, finetune.id)
         if current is None:

@@ -8,7 +8,6 @@ matrix of a projection the base model has (a layer below its block count), lora_
 config's (llama.cpp scales each adapter by lora_alpha / r). Only the safetensors header is read, never its tensors.
 """
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,13 +15,15 @@ from typing import Any
 
 from cirrus.errors import InvalidInput
 from cirrus.finetunes.base_shape import ATTENTION, MLP, BaseShape
+from cirrus.finetunes.json_text import parse_json
 from cirrus.finetunes.model import Asset
 from cirrus.finetunes.safetensors_header import TensorInfo, read_header
 
 MAX_CONFIG_BYTES = 1024 * 1024
+MAX_LAYER_DIGITS = 6  # a layer number is read as an int: its digits are bounded before int() sees them
 FLOAT_DTYPES = frozenset({"F32", "F16", "BF16"})
 _TENSOR = re.compile(
-    r"(?:base_model\.model\.)?model\.layers\.(?P<layer>\d+)\."
+    rf"(?:base_model\.model\.)?model\.layers\.(?P<layer>\d{{1,{MAX_LAYER_DIGITS}}})\."
     rf"(?P<module>self_attn\.(?:{'|'.join(ATTENTION)})|mlp\.(?:{'|'.join(MLP)}))"
     r"\.lora_(?P<matrix>[AB])(?:\.default)?\.weight"
 )
@@ -100,8 +101,8 @@ def _config_object(path: Path) -> dict[str, Any]:
     if size > MAX_CONFIG_BYTES:
         raise _refuse(CONFIG, f"it is {size:,} bytes; a PEFT config is a few kilobytes")
     try:
-        config = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, ValueError) as error:
+        config = parse_json(path.read_bytes())
+    except ValueError as error:
         raise _refuse(CONFIG, f"it is not valid JSON ({error})") from None
     if not isinstance(config, dict):
         raise _refuse(CONFIG, "it must be a JSON object, PEFT's adapter config")

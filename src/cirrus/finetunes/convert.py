@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from cirrus.errors import InvalidInput
+from cirrus.finetunes.json_text import parse_json
 from cirrus.finetunes.safetensors_header import read_header
 from cirrus.pack.convert import last_error
 from cirrus.store.atomic import publish
@@ -92,7 +93,9 @@ def _convert_once(
 ) -> str | None:
     """One run of the converter; None once `out_file` is in place, else the converter's reason for failing."""
     # Written beside `out_file`, so that the finished file is renamed into place, never copied.
-    partial = Path(tempfile.mkstemp(dir=out_file.parent, prefix=f".{out_file.name}.", suffix=".partial")[1])
+    descriptor, name = tempfile.mkstemp(dir=out_file.parent, prefix=f".{out_file.name}.", suffix=".partial")
+    os.close(descriptor)  # the converter opens the file by its name
+    partial = Path(name)
     try:
         options = ["--outtype", output_type, "--outfile", str(partial), "--base", str(scratch)]
         command = [sys.executable, str(converter_script()), *options, str(adapter_dir)]
@@ -121,8 +124,8 @@ def _check_adapter(adapter_dir: Path) -> None:
     if not config_path.is_file():
         raise ConversionError(f"the adapter has no {ADAPTER_CONFIG}")
     try:
-        config = json.loads(config_path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        config = parse_json(config_path.read_bytes())
+    except ValueError as exc:
         raise ConversionError(f"{ADAPTER_CONFIG} is not valid JSON: {exc}") from None
     if not isinstance(config, dict) or "lora_alpha" not in config:
         raise ConversionError(f"{ADAPTER_CONFIG} is not a PEFT LoRA config: it has no lora_alpha")

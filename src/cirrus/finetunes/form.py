@@ -1,5 +1,6 @@
 """The asset upload's multipart/form-data body, read as it arrives: its `file` part is written to disk as it
-comes, never held whole in memory (an adapter may be 300 MB); its other parts are short text fields.
+comes, never held whole in memory (an adapter may be 300 MB); of its other parts only `file_name`, a short text
+field, is kept: any others are read through and dropped, so that no number of them adds up in memory.
 
 A file part over `max_file_bytes` is read to its end but not kept past the limit, so the client, which sends
 the whole body before it reads the answer, gets the clear refusal rather than a reset connection (the body
@@ -15,6 +16,7 @@ from cirrus.errors import InvalidInput
 
 CRLF = b"\r\n"
 FILE_FIELD = "file"
+NAME_FIELD = "file_name"
 MAX_BOUNDARY = 70  # RFC 2046
 MAX_HEAD_BYTES = 16 * 1024
 MAX_FIELD_BYTES = 64 * 1024
@@ -23,7 +25,8 @@ FORM_RULE = "send a multipart/form-data form with the fields 'file_name' and 'fi
 
 @dataclass(frozen=True)
 class UploadForm:
-    """`file_bytes` is the file part's whole size, even where only the first `max_file_bytes` were kept."""
+    """`fields` holds `file_name` if it came; `file_bytes` is the file part's whole size, even where only the first
+    `max_file_bytes` were kept."""
 
     fields: dict[str, str]
     has_file: bool
@@ -48,10 +51,12 @@ async def read_form(
                 kept = _Capped(out.write, max_file_bytes)
                 file_bytes = await body.copy_until(delimiter, kept, None)
             has_file, filename = True, part_filename
-        else:
+        elif name == NAME_FIELD:
             value = bytearray()
             await body.copy_until(delimiter, value.extend, MAX_FIELD_BYTES)
             fields[name] = value.decode("utf-8", errors="replace").strip()
+        else:
+            await body.copy_until(delimiter, lambda _: None, None)
     return UploadForm(fields, has_file, file_bytes, filename)
 
 

@@ -2,15 +2,17 @@
 object that names each tensor's dtype, shape and byte range. Anything malformed is InvalidInput naming the file
 and what is wrong with it."""
 
-import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from cirrus.errors import InvalidInput
+from cirrus.finetunes.json_text import parse_json
 
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own bound
+# An adapter's header names a few hundred tensors in tens of kilobytes; the safetensors library allows 100 MiB,
+# which json.loads would turn into far more memory than that.
+MAX_HEADER_BYTES = 4 * 1024 * 1024
 LENGTH_BYTES = 8
 
 
@@ -28,12 +30,18 @@ def read_header(path: Path, label: str) -> dict[str, TensorInfo]:
         if len(prefix) < LENGTH_BYTES:
             raise _bad(label, f"it is {size} bytes, too short to hold a header")
         (length,) = struct.unpack("<Q", prefix)
-        if length > min(MAX_HEADER_BYTES, size - LENGTH_BYTES):
+        if length > size - LENGTH_BYTES:
             raise _bad(label, f"its header claims {length} bytes, more than the file holds")
+        if length > MAX_HEADER_BYTES:
+            raise _bad(
+                label,
+                f"its header claims {length} bytes; a header may be at most {MAX_HEADER_BYTES:,} bytes "
+                "(an adapter's names its tensors in tens of kilobytes)",
+            )
         text = stream.read(length)
     try:
-        header = json.loads(text)
-    except (UnicodeDecodeError, ValueError) as error:
+        header = parse_json(text)
+    except ValueError as error:
         raise _bad(label, f"its header is not JSON ({error})") from None
     if not isinstance(header, dict):
         raise _bad(label, "its header is not a JSON object")

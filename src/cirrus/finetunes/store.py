@@ -2,9 +2,13 @@
 account: another account's finetune reads as absent, by id and by name alike.
 
 A finetune's name is unique within its account, and an account holds at most `limit` of them: one conditional
-INSERT checks both, so two gateways creating at once cannot pass either. Its assets are recorded by digest as
-they are uploaded; it becomes ready once the adapter converted from them is recorded, and only if its assets are
-still the ones it was converted from.
+INSERT checks both. On SQLite the INSERT holds the database's write lock from before it counts. On PostgreSQL a
+statement counts what was committed when it began, so two gateways creating at once could each count room for one
+more: there the count is `finetunes_room`, a function that first takes a lock per account (held until the INSERT
+commits), then counts in a snapshot of its own taken after the lock, as a volatile function's statements do.
+
+Its assets are recorded by digest as they are uploaded; it becomes ready once the adapter converted from them is
+recorded, and only if its assets are still the ones it was converted from.
 """
 
 import time
@@ -37,6 +41,23 @@ SCHEMA = (
     )""",
     "CREATE INDEX IF NOT EXISTS finetunes_account ON finetunes (account_id, created_at, id)",
 )
+_ROOM_LOCK_CLASS = 0x66746E73  # "ftns": advisory locks keyed (this class, the account's hash) are the store's
+POSTGRES_ROOM = f"""
+CREATE OR REPLACE FUNCTION finetunes_room(room_account TEXT, most BIGINT) RETURNS BOOLEAN
+LANGUAGE plpgsql VOLATILE AS $room$
+BEGIN
+    PERFORM pg_advisory_xact_lock({_ROOM_LOCK_CLASS}, hashtext(room_account));
+    RETURN (SELECT COUNT(*) FROM finetunes WHERE account_id = room_account) < most;
+END
+$room$"""
+_INSERT = (
+    "INSERT INTO finetunes (id, account_id, name, description, model, created_at, modified_at)"
+    " SELECT ?, ?, ?, ?, ?, ?, ? WHERE {room} ON CONFLICT (account_id, name) DO NOTHING"
+)
+_INSERTS = {
+    "sqlite": _INSERT.format(room="(SELECT COUNT(*) FROM finetunes WHERE account_id = ?) < ?"),
+    "postgresql": _INSERT.format(room="finetunes_room(?, ?)"),
+}
 _COLUMNS = (
     "id, account_id, name, description, model, created_at, modified_at,"
     " config_digest, weights_digest, adapter_digest, adapter_path"
@@ -54,7 +75,7 @@ class FinetuneStore:
 
     @classmethod
     async def open(cls, db: Database, limit: int = 100, clock: Clock = time.time) -> "FinetuneStore":
-        await db.migrate(SCHEMA)
+        await db.migrate(schema(db.dialect))
         return cls(db, limit, clock)
 
     async def create(self, account_id: str, name: str, model: str, description: str | None) -> Finetune:
@@ -62,9 +83,7 @@ class FinetuneStore:
         now = self._clock()
         finetune = Finetune(str(uuid.uuid4()), account_id, name, description, model, now, now)
         created = await self._db.execute(
-            "INSERT INTO finetunes (id, account_id, name, description, model, created_at, modified_at)"
-            " SELECT ?, ?, ?, ?, ?, ?, ? WHERE (SELECT COUNT(*) FROM finetunes WHERE account_id = ?) < ?"
-            " ON CONFLICT (account_id, name) DO NOTHING",
+            _INSERTS[self._db.dialect],
             (finetune.id, account_id, name, description, model, now, now, account_id, self._limit),
         )
         if created:
@@ -146,6 +165,10 @@ class FinetuneStore:
             f"SELECT {_COLUMNS} FROM finetunes WHERE account_id = ? AND name = ?", (account_id, name)
         )
         return None if row is None else _finetune(row)
+
+
+def schema(dialect: str) -> list[str]:
+    return [*SCHEMA, POSTGRES_ROOM] if dialect == "postgresql" else list(SCHEMA)
 
 
 def _not_ready(ref: str, finetune: Finetune) -> str:

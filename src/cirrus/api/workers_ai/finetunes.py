@@ -3,8 +3,10 @@
 name), `DELETE` removes one, and `POST /ai/finetunes/{id}/finetune-assets` uploads one of its two PEFT files
 (multipart: `file_name` and `file`). Once both are uploaded the finetune is converted and ready for `lora`.
 
-Finetunes belong to the account of the token that made them: another account's is not found. The upload route
-takes bodies up to the asset limit (300 MiB) plus the form's overhead, whatever the server's body limit.
+Finetunes belong to the account of the token that made them: another account's is not found. A token restricted
+to some models sees, uploads to and deletes only the finetunes of those models (another's is 403, as creating one
+is). The upload route takes bodies up to the asset limit (300 MiB) plus the form's overhead, whatever the server's
+body limit, and refuses before it reads any of it when the finetune cannot take an upload.
 """
 
 import re
@@ -98,6 +100,16 @@ def _account(request: Request) -> str:
     return principal.account_id
 
 
+async def _finetune(request: Request, ref: str) -> Finetune:
+    """The account's finetune `ref` (by id or name), if the token may use its model (as creating it needed)."""
+    found = await platform_of(request).gateway.finetunes.find(_account(request), ref)
+    if found is None:
+        raise NotFound(f"no finetune '{ref}' in this account", param="finetune_id")
+    if not principal_of(request).may_use(found.model):
+        raise ModelForbidden(f"this token may not use {found.model}, the model of finetune '{ref}'")
+    return found
+
+
 async def create_finetune(request: Request, body: FinetuneCreate) -> Any:
     account = _account(request)
     platform = platform_of(request)
@@ -109,8 +121,10 @@ async def create_finetune(request: Request, body: FinetuneCreate) -> Any:
 
 
 async def list_finetunes(request: Request) -> Any:
+    """Only those of models the token may use: the others it could neither run, upload to nor delete."""
     found = await platform_of(request).gateway.finetunes.list(_account(request))
-    return envelope([finetune_record(finetune) for finetune in found])
+    principal = principal_of(request)
+    return envelope([finetune_record(finetune) for finetune in found if principal.may_use(finetune.model)])
 
 
 async def list_public_finetunes(request: Request) -> Any:
@@ -119,24 +133,22 @@ async def list_public_finetunes(request: Request) -> Any:
 
 
 async def get_finetune(finetune_id: str, request: Request) -> Any:
-    found = await platform_of(request).gateway.finetunes.find(_account(request), finetune_id)
-    if found is None:
-        raise NotFound(f"no finetune '{finetune_id}' in this account", param="finetune_id")
-    return envelope(finetune_record(found))
+    return envelope(finetune_record(await _finetune(request, finetune_id)))
 
 
 async def delete_finetune(finetune_id: str, request: Request) -> Any:
-    store = platform_of(request).gateway.finetunes
-    account = _account(request)
-    found = await store.find(account, finetune_id)
-    if found is None or not await store.delete(account, found.id):
+    found = await _finetune(request, finetune_id)
+    if not await platform_of(request).gateway.finetunes.delete(found.account_id, found.id):
         raise NotFound(f"no finetune '{finetune_id}' in this account", param="finetune_id")
     return envelope({"id": found.id, "deleted": True})
 
 
 async def upload_asset(finetune_id: str, request: Request) -> Any:
-    account = _account(request)
+    """The finetune is looked up, and must take assets, before the body is read: a refusal costs no upload.
+    AssetUploads.upload looks it up again once the file is in, as it may have changed meanwhile."""
+    finetune = await _finetune(request, finetune_id)
     uploads = _uploads(request)
+    uploads.open_for_upload(finetune)
     limit = platform_of(request).settings.finetune_max_asset_bytes
     with uploads.staging() as folder:
         staged = Path(folder) / "upload"
@@ -149,7 +161,7 @@ async def upload_asset(finetune_id: str, request: Request) -> Any:
                 f"{asset.value}: it is {form.file_bytes:,} bytes; an adapter file may be at most {limit:,} bytes",
                 param="file",
             )
-        finetune = await uploads.upload(account, finetune_id, asset, staged)
+        finetune = await uploads.upload(finetune.account_id, finetune_id, asset, staged)
     return envelope(finetune_record(finetune))
 
 
