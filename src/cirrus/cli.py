@@ -22,6 +22,7 @@ from cirrus.evals.cli import register as register_evals
 from cirrus.finetunes.cli import register as register_finetunes
 from cirrus.metering.cli import register as register_usage
 from cirrus.pack.cli import register as register_pack
+from cirrus.rag.cli import register as register_rag
 from cirrus.store.oci import RegistryError
 from cirrus.store.registry_cli import register as register_registry
 
@@ -318,6 +319,7 @@ def _parser() -> argparse.ArgumentParser:
     register_usage(commands)
     register_batch(commands)
     register_finetunes(commands)
+    register_rag(commands)
     register_evals(commands)
     register_registry(commands)
     return parser

@@ -174,6 +174,24 @@ class Settings(BaseSettings):
         default=600.0, gt=0, description="the longest one adapter's conversion to GGUF may take"
     )
 
+    # AI Search (RAG): instances of documents an account uploads, chunked, embedded and indexed in the background.
+    ai_search_max_file_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1,
+        description="the largest file one item may be (Cloudflare's limit: 4 MiB)",
+    )
+    ai_search_max_instances: int = Field(
+        default=20, ge=1, description="AI Search instances one account may have"
+    )
+    ai_search_ingest_concurrency: int = Field(
+        default=2, ge=1, description="files one gateway chunks and embeds at once"
+    )
+    ai_search_lease_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a file being indexed by a gateway that stopped answering is indexed elsewhere after this",
+    )
+
     # Pulling from and pushing to OCI registries that want credentials (else ~/.docker/config.json's are used).
     registry_username: str | None = None
     registry_password: SecretStr | None = Field(default=None, description="a password or an access token")

@@ -266,6 +266,6 @@ def test_a_body_that_is_no_form_is_refused(body: bytes) -> None:
 def test_a_line_may_name_a_finetune_after_its_base_model_and_a_bad_name_is_refused() -> None:
     [item] = check(line("ft", model=f"{MODEL}:pirate", messages=HI))
     assert item.body["model"] == f"{MODEL}:pirate"  # the fine-tune is looked up in the account when it runs
-    with pytest.raises(InvalidInput, match="line 1 .*BASE_MODEL:FINETUNE") as refused:
+    with pytest.raises(InvalidInput, match=r"line 1 .*BASE_MODEL:FINETUNE") as refused:
         check(line("ft", model=f"{MODEL}:", messages=HI))
     assert refused.value.param == "body.model"

@@ -25,11 +25,17 @@ TRANSIENT = (RateLimited, CapacityExceeded, DependencyUnavailable, NoNodeAvailab
 
 
 async def batch_principal(platform: Platform, batch: Batch) -> Principal:
-    if batch.token_id is None:
+    return await token_principal(platform, batch.token_id, "sent this batch")
+
+
+async def token_principal(platform: Platform, token_id: str | None, did: str) -> Principal:
+    """Background work acts for the token that asked for it, as that token stands now (`did` says what it did,
+    for the refusal: "sent this batch"); work asked for in open mode has no token."""
+    if token_id is None:
         return OPEN_PRINCIPAL
-    info = await platform.gateway.identity.get_token(batch.token_id)
+    info = await platform.gateway.identity.get_token(token_id)
     if info is None or not info.usable(time.time()):
-        raise Unauthorized("the token that sent this batch was revoked or has expired")
+        raise Unauthorized(f"the token that {did} was revoked or has expired")
     return info.principal()
 
 

@@ -7,21 +7,14 @@ and says whether it is ready; `list` prints the account's finetunes."""
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from cirrus.cli_client import CliCallError, add_connection, call, exit_status, print_table
 from cirrus.finetunes.model import Asset
 
-DEFAULT_URL = "http://127.0.0.1:8787"
 DEFAULT_MODEL = "@cf/huggingface/smollm2-135m-instruct"
 UPLOAD_TIMEOUT_S = 900.0  # a 300 MB upload, then its conversion
-
-
-class FinetuneCliError(Exception):
-    pass
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -39,30 +32,29 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     listing = verbs.add_parser("list", help="the account's finetunes")
     listing.set_defaults(handler=cmd_list)
     for verb in (create, upload, listing):
-        verb.add_argument("--url", default=DEFAULT_URL)
-        verb.add_argument("--token", default=os.environ.get("CIRRUS_TOKEN"), help="default: $CIRRUS_TOKEN")
+        add_connection(verb, os.environ.get("CIRRUS_TOKEN"))
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     body = {"model": args.model, "name": args.name}
     if args.description:
         body["description"] = args.description
-    return _run(lambda: print(call(args, "POST", "/ai/finetunes", json=body)["id"]))
+    return exit_status(lambda: print(call(args, "POST", "/ai/finetunes", UPLOAD_TIMEOUT_S, json=body)["id"]))
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
-    return _run(lambda: upload_folder(args))
+    return exit_status(lambda: upload_folder(args))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    return _run(lambda: print_table(call(args, "GET", "/ai/finetunes")))
+    return exit_status(lambda: print_finetunes(call(args, "GET", "/ai/finetunes", UPLOAD_TIMEOUT_S)))
 
 
 def upload_folder(args: argparse.Namespace) -> None:
     paths = [args.folder / asset.value for asset in Asset]
     absent = [str(path) for path in paths if not path.is_file()]
     if absent:
-        raise FinetuneCliError(f"not found: {', '.join(absent)} (a PEFT output folder holds both)")
+        raise CliCallError(f"not found: {', '.join(absent)} (a PEFT output folder holds both)")
     result: dict[str, Any] = {}
     for asset, path in zip(Asset, paths, strict=True):
         print(f"uploading {path} ({path.stat().st_size:,} bytes)", file=sys.stderr)
@@ -71,6 +63,7 @@ def upload_folder(args: argparse.Namespace) -> None:
                 args,
                 "POST",
                 f"/ai/finetunes/{args.finetune}/finetune-assets",
+                UPLOAD_TIMEOUT_S,
                 data={"file_name": asset.value},
                 files={"file": (asset.value, stream, "application/octet-stream")},
             )
@@ -78,41 +71,10 @@ def upload_folder(args: argparse.Namespace) -> None:
     print(f"{result['name']} ({result['id']}): {state}")
 
 
-def print_table(finetunes: list[dict[str, Any]]) -> None:
+def print_finetunes(finetunes: list[dict[str, Any]]) -> None:
     rows = [("ID", "NAME", "MODEL", "READY", "CREATED")]
     rows += [
         (f["id"], f["name"], f["model"], "yes" if f.get("ready") else "no", f["created_at"])
         for f in finetunes
     ]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-
-
-def call(args: argparse.Namespace, method: str, path: str, **request: Any) -> Any:
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-    try:
-        response = httpx.request(
-            method, f"{args.url.rstrip('/')}{path}", headers=headers, timeout=UPLOAD_TIMEOUT_S, **request
-        )
-    except httpx.TransportError as error:
-        raise FinetuneCliError(f"{args.url}: {type(error).__name__}: {error}") from None
-    try:
-        answer = response.json()
-    except ValueError:
-        raise FinetuneCliError(
-            f"{args.url} answered HTTP {response.status_code}, not a Cirrus reply"
-        ) from None
-    if not answer.get("success"):
-        errors = answer.get("errors") or [{"message": f"HTTP {response.status_code}"}]
-        raise FinetuneCliError("; ".join(f"{e.get('message')} (code {e.get('code')})" for e in errors))
-    return answer["result"]
-
-
-def _run(action: Callable[[], object]) -> int:
-    try:
-        action()
-    except FinetuneCliError as error:
-        print(f"cirrus: {error}", file=sys.stderr)
-        return 1
-    return 0
+    print_table(rows)

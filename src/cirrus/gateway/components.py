@@ -29,6 +29,8 @@ from cirrus.metering.retention import UsageRetention
 from cirrus.metering.shared_holds import SharedHolds
 from cirrus.metering.store import UsageStore
 from cirrus.observability.metrics import Metrics
+from cirrus.rag.opening import VectorExtensionMissing
+from cirrus.rag.store import RagStore
 from cirrus.ratelimit import RateLimiter
 from cirrus.resilience.shared_redis import SharedRedis
 from cirrus.responses import StoredResponses
@@ -130,6 +132,8 @@ class GatewayParts:
     batches: BatchStore
     files: FileStore
     finetunes: FinetuneStore
+    # AI Search: instances, items and ingest claims, `rag.index` the chunks; None on a PostgreSQL without pgvector
+    rag: RagStore | None
     _accounts: TimedLookup
     _input_guards: dict[tuple[str, tuple[str, ...]], InputGuard] = field(default_factory=dict)
     _output_filters: dict[str, OutputFilter | None] = field(default_factory=dict)
@@ -181,6 +185,7 @@ class GatewayParts:
             batches=await BatchStore.open(db),
             files=await FileStore.open(db),
             finetunes=await FinetuneStore.open(db, settings.finetune_max_per_account),
+            rag=await _rag_store(db, settings),
             _accounts=TimedLookup(settings.auth_cache_ttl_s),
             _redis=redis,
             _holds=holds,
@@ -286,3 +291,12 @@ async def _budgets(
         usage, meter, settings.daily_free_neurons, alerts, reservations=reservations, shared=holds
     )
     return guard, holds
+
+
+async def _rag_store(db: Database, settings: Settings) -> RagStore | None:
+    """AI Search's store, or None where the database cannot hold its index: the gateway serves everything else."""
+    try:
+        return await RagStore.open(db, max_instances=settings.ai_search_max_instances)
+    except VectorExtensionMissing as error:
+        log.warning("AI Search is off: %s", error)
+        return None

@@ -9,6 +9,9 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from cirrus.api import account_usage, admin, health, metrics
+from cirrus.api.ai_search import instances as ai_search_instances
+from cirrus.api.ai_search import items as ai_search_items
+from cirrus.api.ai_search import search as ai_search_search
 from cirrus.api.anthropic import messages
 from cirrus.api.openai import batches, chat, completions, embeddings, files, responses
 from cirrus.api.openai import models as openai_models
@@ -16,6 +19,7 @@ from cirrus.api.workers_ai import finetunes, run
 from cirrus.api.workers_ai import models as workers_ai_models
 from cirrus.platform import Platform
 from cirrus.server.access_log import AccessLogMiddleware
+from cirrus.server.ai_search import running_ingest
 from cirrus.server.auth import AuthMiddleware
 from cirrus.server.batches import running_batches
 from cirrus.server.body_limit import BodyLimitMiddleware
@@ -32,6 +36,9 @@ ROUTERS = (
     run.router,
     workers_ai_models.router,
     finetunes.router,
+    ai_search_instances.router,
+    ai_search_items.router,
+    ai_search_search.router,
     chat.router,
     completions.router,
     responses.router,
@@ -66,7 +73,7 @@ def build_api(platform: Platform) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await platform.start()
         try:
-            async with running_batches(app, platform):
+            async with running_batches(app, platform), running_ingest(app, platform):
                 yield
         finally:
             await platform.close()

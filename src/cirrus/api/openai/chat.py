@@ -40,7 +40,7 @@ def _deltas(delta: ChatDelta) -> list[dict[str, Any]]:
     return deltas
 
 
-async def _stream(run: ChatRun, usage: bool) -> AsyncIterator[bytes]:
+async def chat_stream(run: ChatRun, usage: bool) -> AsyncIterator[bytes]:
     chat_id = response_id("chatcmpl")
     yield sse_data(_chunk(chat_id, run.model, {"role": "assistant", "content": ""}, None))
     try:
@@ -95,7 +95,7 @@ def chat_completion_body(model: str, result: ChatResult) -> dict[str, Any]:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
     chat = chat_request_of(body)
     if body.stream:
-        return await stream_chat(request, chat, partial(_stream, usage=body.include_usage))
+        return await stream_chat(request, chat, partial(chat_stream, usage=body.include_usage))
     run, result = await whole_chat(request, chat)
     return chat_completion_body(run.model, result)
 

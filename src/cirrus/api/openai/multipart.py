@@ -23,14 +23,18 @@ class FormPart:
 
 def form_parts(body: bytes, content_type: str) -> dict[str, FormPart]:
     """The form's parts by name (a name sent twice: the last part)."""
+    return {part.name: part for part in form_part_list(body, content_type)}
+
+
+def form_part_list(body: bytes, content_type: str) -> list[FormPart]:
+    """Every part of the form, in order (a name may repeat: several files)."""
     delimiter = b"--" + _boundary(body, content_type)
     sections = (CRLF + body).split(CRLF + delimiter)
-    parts: dict[str, FormPart] = {}
+    parts: list[FormPart] = []
     for section in sections[1:]:
         if section.startswith(b"--"):  # the closing delimiter
             return parts
-        part = _part(section)
-        parts[part.name] = part
+        parts.append(_part(section))
     raise InvalidInput("the form ends without its closing boundary: the upload was cut short")
 
 
@@ -40,7 +44,7 @@ def _boundary(body: bytes, content_type: str) -> bytes:
         return declared.encode("latin-1")
     first_line = body.split(CRLF, 1)[0].rstrip(b" \t")
     if not first_line.startswith(b"--") or not 0 < len(first_line) - 2 <= MAX_BOUNDARY:
-        raise InvalidInput("the body must be a multipart/form-data form with the fields 'file' and 'purpose'")
+        raise InvalidInput("the body must be a multipart/form-data form with a 'file' field")
     return first_line[2:]
 
 

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Query, Request
 
 from cirrus.api.context import platform_of, principal_of
 from cirrus.api.path_parameters import ACCOUNT_PREFIX, account_parameter
+from cirrus.api.workers_ai.schemas import paged_envelope
 from cirrus.catalog import CatalogEntry
 
 router = APIRouter(tags=["Workers AI"])
@@ -73,19 +74,7 @@ async def search_models(
         for e in platform_of(request).catalog.entries()
         if principal.may_use(e.spec.id) and _matches(e, task, search)
     ]
-    window = entries[(page - 1) * per_page : page * per_page]
-    return {
-        "result": [model_record(entry) for entry in window],
-        "success": True,
-        "errors": [],
-        "messages": [],
-        "result_info": {
-            "page": page,
-            "per_page": per_page,
-            "count": len(window),
-            "total_count": len(entries),
-        },
-    }
+    return paged_envelope([model_record(entry) for entry in entries], page, per_page)
 
 
 router.add_api_route("/ai/models/search", search_models, methods=["GET"], summary="Search the model catalog")

@@ -160,3 +160,10 @@ EMBEDDING_FIELDS = frozenset({"text"})
 
 def envelope(result: Any) -> dict[str, Any]:
     return {"result": result, "success": True, "errors": [], "messages": []}
+
+
+def paged_envelope(records: list[Any], page: int, per_page: int) -> dict[str, Any]:
+    """One page of a list, with Cloudflare's `result_info`: the SDKs' paginators read pages until an empty one."""
+    window = records[(page - 1) * per_page : page * per_page]
+    info = {"page": page, "per_page": per_page, "count": len(window), "total_count": len(records)}
+    return envelope(window) | {"result_info": info}
