@@ -436,6 +436,5 @@ async def test_two_stores_claiming_at_once_never_take_the_same_item(
         )
         taken = [item_id for run in runs for item_id in run]
         assert len(taken) == count and len(set(taken)) == count
-        assert sum(1 for run in runs[:3] for _ in run) > 0 and sum(1 for run in runs[3:] for _ in run) > 0
     finally:
         await other_db.close()

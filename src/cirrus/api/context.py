@@ -2,7 +2,8 @@
 
 from starlette.requests import Request
 
-from cirrus.auth import OPEN_PRINCIPAL, Principal
+from cirrus.auth import OPEN_PRINCIPAL, Permission, Principal
+from cirrus.errors import Forbidden
 from cirrus.platform import Platform
 
 
@@ -24,3 +25,12 @@ def principal_of(request: Request) -> Principal:
     """Set by the auth middleware; an app without it (the embedded SDK) acts as the open principal."""
     principal = request.scope.get("state", {}).get("principal")
     return principal if isinstance(principal, Principal) else OPEN_PRINCIPAL
+
+
+def run_account(request: Request) -> str:
+    """The caller's account, once its token may run models (files, batches, fine-tunes and AI Search are
+    inference work)."""
+    principal = principal_of(request)
+    if not principal.can(Permission.RUN):
+        raise Forbidden("Authentication error: this token lacks the run permission")
+    return principal.account_id

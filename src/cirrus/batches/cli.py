@@ -12,16 +12,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 from tqdm import tqdm  # type: ignore[import-untyped]
+
+from cirrus.cli_client import CliCallError
+from cirrus.cli_client import call as cli_call
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 DEFAULT_MODEL = "@cf/huggingface/smollm2-135m-instruct"
 POLL_S = 1.0
-
-
-class BatchCliError(Exception):
-    pass
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -48,7 +46,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     try:
         requests = read_requests(args.file)
         result = call(args, {"requests": requests})
-    except BatchCliError as error:
+    except CliCallError as error:
         print(f"cirrus: {error}", file=sys.stderr)
         return 1
     print(result["request_id"])
@@ -58,7 +56,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     try:
         result = call(args, {"request_id": args.request_id})
-    except BatchCliError as error:
+    except CliCallError as error:
         print(f"cirrus: {error}", file=sys.stderr)
         return 1
     print(json.dumps({key: value for key, value in result.items() if key != "responses"}))
@@ -68,7 +66,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     try:
         result = wait_for(args)
-    except BatchCliError as error:
+    except CliCallError as error:
         print(f"cirrus: {error}", file=sys.stderr)
         return 1
     lines = "".join(json.dumps(response) + "\n" for response in result["responses"])
@@ -85,7 +83,7 @@ def read_requests(path: Path) -> list[dict[str, Any]]:
     try:
         lines = path.read_text("utf-8").splitlines()
     except OSError as error:
-        raise BatchCliError(f"{path}: {error.strerror}") from None
+        raise CliCallError(f"{path}: {error.strerror}") from None
     requests: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -93,12 +91,12 @@ def read_requests(path: Path) -> list[dict[str, Any]]:
         try:
             request = json.loads(line)
         except ValueError as error:
-            raise BatchCliError(f"{path}:{number}: not JSON ({error})") from None
+            raise CliCallError(f"{path}:{number}: not JSON ({error})") from None
         if not isinstance(request, dict):
-            raise BatchCliError(f"{path}:{number}: each line must be a JSON object, one request's input")
+            raise CliCallError(f"{path}:{number}: each line must be a JSON object, one request's input")
         requests.append(request)
     if not requests:
-        raise BatchCliError(f"{path}: no requests in it")
+        raise CliCallError(f"{path}: no requests in it")
     return requests
 
 
@@ -112,25 +110,14 @@ def wait_for(args: argparse.Namespace) -> dict[str, Any]:
             bar.total = result.get("total")
             bar.update(int(result.get("done", 0)) - bar.n)
             if time.monotonic() > deadline:
-                raise BatchCliError(
+                raise CliCallError(
                     f"{args.request_id} is still {result.get('status')} after {args.timeout:.0f}s"
                 )
             time.sleep(POLL_S)
 
 
 def call(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
-    url = f"{args.url.rstrip('/')}/ai/run/{args.model}?queueRequest=true"
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-    try:
-        response = httpx.post(url, json=body, headers=headers, timeout=120)
-    except httpx.TransportError as error:
-        raise BatchCliError(f"{args.url}: {type(error).__name__}: {error}") from None
-    try:
-        answer = response.json()
-    except ValueError:
-        raise BatchCliError(f"{args.url} answered HTTP {response.status_code}, not a Cirrus reply") from None
-    if not answer.get("success"):
-        errors = answer.get("errors") or [{"message": f"HTTP {response.status_code}"}]
-        raise BatchCliError("; ".join(f"{e.get('message')} (code {e.get('code')})" for e in errors))
-    result: dict[str, Any] = answer["result"]
+    result: dict[str, Any] = cli_call(
+        args, "POST", f"/ai/run/{args.model}?queueRequest=true", 120.0, json=body
+    )
     return result

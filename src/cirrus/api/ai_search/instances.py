@@ -10,12 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cirrus.api.ai_search.calls import require_models
 from cirrus.api.ai_search.shapes import instance_object
-from cirrus.api.context import platform_of, principal_of
+from cirrus.api.context import platform_of, run_account
 from cirrus.api.path_parameters import ACCOUNT_PREFIX, account_parameter
 from cirrus.api.workers_ai.schemas import envelope, paged_envelope
-from cirrus.auth import Permission
 from cirrus.catalog import Catalog
-from cirrus.errors import CirrusError, Forbidden, InvalidInput, NotFound
+from cirrus.errors import CirrusError, InvalidInput, NotFound
 from cirrus.platform import Platform
 from cirrus.rag.model import Instance
 from cirrus.rag.store import RagStore
@@ -64,13 +63,6 @@ def rag_store(request: Request) -> RagStore:
             "AI Search is off on this server: its PostgreSQL has no pgvector extension (see the server's log)"
         )
     return store
-
-
-def run_account(request: Request) -> str:
-    principal = principal_of(request)
-    if not principal.can(Permission.RUN):
-        raise Forbidden("Authentication error: this token lacks the run permission")
-    return principal.account_id
 
 
 async def instance_of(request: Request, instance_id: str) -> Instance:

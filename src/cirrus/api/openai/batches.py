@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from cirrus.api.context import platform_of, principal_of
+from cirrus.api.context import platform_of, principal_of, run_account
 from cirrus.api.inference import gateway_call
 from cirrus.api.openai.batch_lines import checked_lines
 from cirrus.api.openai.batch_output import settled_files
@@ -29,7 +29,7 @@ from cirrus.api.openai.batch_shapes import (
     output_file_id,
     page_object,
 )
-from cirrus.api.openai.files import file_content, run_account, visible_file
+from cirrus.api.openai.files import file_content, visible_file
 from cirrus.api.path_parameters import add_openai_route
 from cirrus.batches import Batch, BatchStore, NewItem
 from cirrus.errors import CapacityExceeded, InvalidInput, NotFound

@@ -9,13 +9,12 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from cirrus.api.context import platform_of, principal_of
+from cirrus.api.context import platform_of, run_account
 from cirrus.api.openai.batch_output import made_files, settle_account, settled_files
 from cirrus.api.openai.batch_shapes import BATCH_PURPOSE, SHAPE, batch_of_file, file_object, page_object
 from cirrus.api.openai.multipart import FormPart, form_parts
 from cirrus.api.path_parameters import add_openai_route
-from cirrus.auth import Permission
-from cirrus.errors import Forbidden, InvalidInput, NotFound
+from cirrus.errors import InvalidInput, NotFound
 from cirrus.files import StoredFile
 from cirrus.platform import Platform
 
@@ -40,14 +39,6 @@ UPLOAD_BODY = {
         }
     },
 }
-
-
-def run_account(request: Request) -> str:
-    """The caller's account, once its token may run models: files and batches are inference work."""
-    principal = principal_of(request)
-    if not principal.can(Permission.RUN):
-        raise Forbidden("Authentication error: this token lacks the run permission")
-    return principal.account_id
 
 
 async def upload_file(request: Request) -> Any:

@@ -17,11 +17,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cirrus.api.context import platform_of, principal_of
+from cirrus.api.context import platform_of, principal_of, run_account
 from cirrus.api.path_parameters import ACCOUNT_PREFIX, account_parameter
 from cirrus.api.workers_ai.schemas import envelope
-from cirrus.auth import Permission
-from cirrus.errors import Forbidden, InvalidInput, ModelForbidden, NotFound
+from cirrus.errors import InvalidInput, ModelForbidden, NotFound
 from cirrus.finetunes import NAME_PATTERN, NAME_RULE, Asset, Finetune
 from cirrus.finetunes.assets import AssetLimits, AssetUploads, lora_base_model
 from cirrus.finetunes.form import read_form
@@ -93,16 +92,9 @@ def _timestamp(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _account(request: Request) -> str:
-    principal = principal_of(request)
-    if not principal.can(Permission.RUN):
-        raise Forbidden("Authentication error: this token lacks the run permission")
-    return principal.account_id
-
-
 async def _finetune(request: Request, ref: str) -> Finetune:
     """The account's finetune `ref` (by id or name), if the token may use its model (as creating it needed)."""
-    found = await platform_of(request).gateway.finetunes.find(_account(request), ref)
+    found = await platform_of(request).gateway.finetunes.find(run_account(request), ref)
     if found is None:
         raise NotFound(f"no finetune '{ref}' in this account", param="finetune_id")
     if not principal_of(request).may_use(found.model):
@@ -111,7 +103,7 @@ async def _finetune(request: Request, ref: str) -> Finetune:
 
 
 async def create_finetune(request: Request, body: FinetuneCreate) -> Any:
-    account = _account(request)
+    account = run_account(request)
     platform = platform_of(request)
     if not principal_of(request).may_use(body.model):
         raise ModelForbidden(f"this token may not use {body.model}", param="model")
@@ -122,13 +114,13 @@ async def create_finetune(request: Request, body: FinetuneCreate) -> Any:
 
 async def list_finetunes(request: Request) -> Any:
     """Only those of models the token may use: the others it could neither run, upload to nor delete."""
-    found = await platform_of(request).gateway.finetunes.list(_account(request))
+    found = await platform_of(request).gateway.finetunes.list(run_account(request))
     principal = principal_of(request)
     return envelope([finetune_record(finetune) for finetune in found if principal.may_use(finetune.model)])
 
 
 async def list_public_finetunes(request: Request) -> Any:
-    _account(request)
+    run_account(request)
     return envelope([])
 
 
