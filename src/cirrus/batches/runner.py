@@ -8,14 +8,15 @@ sharing a database never finish one twice.
 """
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from cirrus.batches.model import Claim, ItemState
 from cirrus.batches.store import BatchStore
+from cirrus.leased_claims import next_claim
 
 log = logging.getLogger(__name__)
 
@@ -85,27 +86,8 @@ class BatchRunner:
             await asyncio.gather(sweeper, *self._items, return_exceptions=True)
 
     async def _next_claim(self) -> Claim:
-        while True:
-            claim = await self._claim()
-            if claim is not None:
-                return claim
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._settings.idle_s)
-
-    async def _claim(self) -> Claim | None:
-        """A claim the store made while the runner was being stopped is given back, not left to lapse."""
-        claiming = asyncio.ensure_future(self._store.claim_next(self._holder, self._settings.lease_s))
-        try:
-            return await asyncio.shield(claiming)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                if (claim := await claiming) is not None:
-                    await self._release(claim)
-            raise
-        except Exception:
-            log.exception("could not claim a batch item")
-            return None
+        claim_next = partial(self._store.claim_next, self._holder, self._settings.lease_s)
+        return await next_claim(claim_next, self._release, self._wake, self._settings.idle_s, "a batch item")
 
     async def _run_item(self, claim: Claim) -> None:
         try:

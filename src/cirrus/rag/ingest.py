@@ -10,10 +10,10 @@ nothing of it is in the index then, since `replace_item` swaps an item's chunks 
 """
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from cirrus.errors import (
@@ -27,6 +27,7 @@ from cirrus.errors import (
     WorkerCrashed,
     WorkerStartFailed,
 )
+from cirrus.leased_claims import next_claim
 from cirrus.rag.chunking import chunk_markdown
 from cirrus.rag.documents import to_markdown
 from cirrus.rag.model import ChunkText, Claim, Instance, Item
@@ -132,27 +133,10 @@ class IngestRunner:
             await asyncio.gather(self._running, return_exceptions=True)
 
     async def _next_claim(self) -> Claim:
-        while True:
-            claim = await self._claim()
-            if claim is not None:
-                return claim
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._settings.idle_s)
-
-    async def _claim(self) -> Claim | None:
-        """A claim the store made while the runner was being stopped is given back, not left to lapse."""
-        claiming = asyncio.ensure_future(self._store.claim_next(self._holder, self._settings.lease_s))
-        try:
-            return await asyncio.shield(claiming)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                if (claim := await claiming) is not None:
-                    await self._release(claim)
-            raise
-        except Exception:
-            log.exception("could not claim an item to index")
-            return None
+        claim_next = partial(self._store.claim_next, self._holder, self._settings.lease_s)
+        return await next_claim(
+            claim_next, self._release, self._wake, self._settings.idle_s, "an item to index"
+        )
 
     async def _run_item(self, claim: Claim) -> None:
         try:
