@@ -26,24 +26,14 @@ from cirrus.config import Settings
 from cirrus.errors import CirrusError, InvalidInput
 from cirrus.platform import Platform
 from cirrus.runtime.params import GenerationInput
+from cirrus.sdk_http import AiError, json_body, remote_error
+from cirrus.sdk_search import AiSearch
 from cirrus.service import EmbeddingRequest, Generation, InferenceRequest
 
 T = TypeVar("T")
 Result = dict[str, Any]
 Stream = Generator[Result, None, None]  # close() it to stop early: the generation is cancelled
 _END = object()
-
-
-class AiError(Exception):
-    """A failed run: the Workers AI code and HTTP status, whichever way the platform was reached."""
-
-    def __init__(self, message: str, code: int, status: int) -> None:
-        super().__init__(f"{message} (code {code}, HTTP {status})")
-        self.message, self.code, self.status = message, code, status
-
-    @classmethod
-    def from_cirrus(cls, error: CirrusError) -> "AiError":
-        return cls(error.message, error.code, error.status)
 
 
 class Ai:
@@ -68,6 +58,10 @@ class Ai:
 
     def stream(self, model: str, inputs: dict[str, Any]) -> Stream:
         raise NotImplementedError
+
+    def autorag(self, name: str) -> AiSearch:
+        """The AI Search instance `name` of the caller's account (the Workers binding's `AI.autorag(name)`)."""
+        raise AiError("AI Search needs a Cirrus server's gateway: use Ai.remote(url, token)", 3000, 501)
 
     def _run(self, model: str, inputs: dict[str, Any]) -> Result:
         raise NotImplementedError
@@ -236,9 +230,9 @@ class RemoteAi(Ai):
     def _run(self, model: str, inputs: dict[str, Any]) -> Result:
         path = self._path(model)
         response = self._client.post(path, json=inputs)
-        body = _json_body(response)
+        body = json_body(response)
         if not body.get("success"):
-            raise _remote_error(body, response.status_code)
+            raise remote_error(body, response.status_code)
         result: Result = body["result"]
         return result
 
@@ -246,28 +240,17 @@ class RemoteAi(Ai):
         with self._client.stream("POST", path, json=inputs) as response:
             if response.status_code != 200:
                 response.read()
-                raise _remote_error(_json_body(response), response.status_code)
+                raise remote_error(json_body(response), response.status_code)
             for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 event = json.loads(line[len("data: ") :])
                 if event.get("success") is False:
-                    raise _remote_error(event, response.status_code)
+                    raise remote_error(event, response.status_code)
                 yield event
+
+    def autorag(self, name: str) -> AiSearch:
+        return AiSearch(self._client, name)
 
     def close(self) -> None:
         self._client.close()
-
-
-def _json_body(response: httpx.Response) -> dict[str, Any]:
-    """The response's JSON object; for anything else (a proxy's HTML page, an empty body), an empty dict."""
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _remote_error(body: dict[str, Any], status: int) -> AiError:
-    errors = body.get("errors") or [{"code": 0, "message": f"HTTP {status}"}]
-    return AiError(str(errors[0].get("message")), int(errors[0].get("code", 0)), status)

@@ -15,6 +15,7 @@ import cloudflare
 import httpx
 import pytest
 
+from cirrus.sdk import Ai, AiError
 from tests.integration.gateway import Identities, bearer, provision
 from tests.integration.server import Server, running_server, write_catalog
 from tests.rag_corpus import documents, write_corpus
@@ -232,3 +233,25 @@ def test_the_cli_adds_a_folder_and_searches_it(served: tuple[Identities, Server]
     bees = documents()[2]
     assert run("search", "from-cli", bees.question).stdout.startswith(f"[1] {bees.key}")
     assert "from-cli" in run("list").stdout
+
+
+def test_the_cirrus_sdk_searches_and_answers_like_the_workers_binding(
+    served: tuple[Identities, Server], corpus: str
+) -> None:
+    ids, server = served
+    question = documents()[1]
+    with Ai.remote(server.url, ids.run) as ai:
+        found = ai.autorag(corpus).search(question.question, max_num_results=2, retrieval_type="hybrid")
+        assert found["chunks"][0]["item"]["key"] == question.key
+        answered = ai.autorag(corpus).ai_search(question.question, max_tokens=16)
+        assert answered["response"] and answered["chunks"][0]["item"]["key"] == question.key
+        assert answered["usage"]["completion_tokens"] > 0
+        events = list(ai.autorag(corpus).ai_search_stream(question.question, max_tokens=8))
+        assert events[0]["chunks"][0]["item"]["key"] == question.key
+        assert "".join(event.get("response", "") for event in events)
+        assert any("usage" in event for event in events)
+        with pytest.raises(AiError) as refused:
+            ai.autorag("no-such-instance").search("anything")
+        assert refused.value.status == 404
+    with Ai.remote(server.url, ids.other) as other, pytest.raises(AiError):
+        other.autorag(corpus).search(question.question)  # another account's instance is not found

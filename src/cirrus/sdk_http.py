@@ -1,0 +1,40 @@
+"""What both SDK clients share: the error they raise and how a Cirrus answer over HTTP becomes one."""
+
+from typing import Any
+
+import httpx
+
+from cirrus.errors import CirrusError
+
+
+class AiError(Exception):
+    """A failed run: the Workers AI code and HTTP status, whichever way the platform was reached."""
+
+    def __init__(self, message: str, code: int, status: int) -> None:
+        super().__init__(f"{message} (code {code}, HTTP {status})")
+        self.message, self.code, self.status = message, code, status
+
+    @classmethod
+    def from_cirrus(cls, error: CirrusError) -> "AiError":
+        return cls(error.message, error.code, error.status)
+
+
+def json_body(response: httpx.Response) -> dict[str, Any]:
+    """The response's JSON object; for anything else (a proxy's HTML page, an empty body), an empty dict."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def remote_error(body: dict[str, Any], status: int) -> AiError:
+    """The error of a Workers AI envelope (`errors`), or of OpenAI's (`error`) where a stream ends in one."""
+    errors = body.get("errors")
+    if errors:
+        return AiError(str(errors[0].get("message")), int(errors[0].get("code", 0)), status)
+    error = body.get("error") or {}
+    code = error.get("code")
+    return AiError(
+        str(error.get("message") or f"HTTP {status}"), code if isinstance(code, int) else 0, status
+    )
