@@ -29,12 +29,5 @@ def json_body(response: httpx.Response) -> dict[str, Any]:
 
 
 def remote_error(body: dict[str, Any], status: int) -> AiError:
-    """The error of a Workers AI envelope (`errors`), or of OpenAI's (`error`) where a stream ends in one."""
-    errors = body.get("errors")
-    if errors:
-        return AiError(str(errors[0].get("message")), int(errors[0].get("code", 0)), status)
-    error = body.get("error") or {}
-    code = error.get("code")
-    return AiError(
-        str(error.get("message") or f"HTTP {status}"), code if isinstance(code, int) else 0, status
-    )
+    errors = body.get("errors") or [{"code": 0, "message": f"HTTP {status}"}]
+    return AiError(str(errors[0].get("message")), int(errors[0].get("code", 0)), status)

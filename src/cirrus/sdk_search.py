@@ -1,13 +1,14 @@
 """`ai.autorag(name)`: an AI Search instance from the SDK, as the Workers binding's `env.AI.autorag(name)`.
 
-`search(query)` returns the chunks that match; `ai_search(query)` an answer generated from them, with the chunks
-it was given. Both call the server's AI Search routes (`/ai-search/instances/{name}/search` and
-`.../chat/completions`), so retrieval, metering and the token's scopes are the server's. A refusal raises AiError.
+`search(query)` returns the chunks that match, `ai_search(query)` an answer generated from them, both in the
+binding's shape (OpenAI's vector-store search page: `search_query`, `data`, and `response` for ai_search). They
+call the server's AutoRAG routes (`/autorag/rags/{name}/search` and `.../ai-search`), so retrieval, metering and
+the token's scopes are the server's. A refusal raises AiError.
 """
 
 import json
 from collections.abc import Generator
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -15,27 +16,24 @@ import httpx
 from cirrus.sdk_http import json_body, remote_error
 
 Result = dict[str, Any]
-RetrievalType = Literal["vector", "keyword", "hybrid"]
 
 
-def retrieval_options(
-    max_num_results: int | None,
-    match_threshold: float | None,
-    retrieval_type: RetrievalType | None,
-    folder: str | None,
+def search_body(
+    query: str,
     rewrite_query: bool,
-) -> dict[str, Any]:
-    """Cloudflare's `ai_search_options`, with only what the caller set."""
-    retrieval: dict[str, Any] = {}
+    max_num_results: int | None,
+    score_threshold: float | None,
+    folder: str | None,
+) -> Result:
+    """AutoRAG's request body, with only what the caller set."""
+    body: Result = {"query": query, "rewrite_query": rewrite_query}
     if max_num_results is not None:
-        retrieval["max_num_results"] = max_num_results
-    if match_threshold is not None:
-        retrieval["match_threshold"] = match_threshold
-    if retrieval_type is not None:
-        retrieval["retrieval_type"] = retrieval_type
+        body["max_num_results"] = max_num_results
+    if score_threshold is not None:
+        body["ranking_options"] = {"score_threshold": score_threshold}
     if folder is not None:
-        retrieval["filters"] = {"folder": folder}
-    return {"retrieval": retrieval, "query_rewrite": {"enabled": rewrite_query}}
+        body["filters"] = {"type": "eq", "key": "folder", "value": folder}
+    return body
 
 
 class AiSearch:
@@ -43,98 +41,73 @@ class AiSearch:
 
     def __init__(self, client: httpx.Client, name: str) -> None:
         self._client = client
-        self._path = f"/ai-search/instances/{quote(name, safe='')}"
+        self._path = f"/autorag/rags/{quote(name, safe='')}"
 
     def search(
         self,
         query: str,
         *,
-        max_num_results: int | None = None,
-        match_threshold: float | None = None,
-        retrieval_type: RetrievalType | None = None,
-        folder: str | None = None,
         rewrite_query: bool = False,
+        max_num_results: int | None = None,
+        score_threshold: float | None = None,
+        folder: str | None = None,
     ) -> Result:
-        """`{"search_query", "chunks": [{"id", "text", "score", "item": {"key", ...}, ...}]}`."""
-        options = retrieval_options(max_num_results, match_threshold, retrieval_type, folder, rewrite_query)
-        body = {"query": query, "ai_search_options": options}
-        result: Result = self._post(f"{self._path}/search", body)["result"]
-        return result
+        """`{"search_query", "data": [{"file_id", "filename", "score", "attributes", "content"}], ...}`."""
+        body = search_body(query, rewrite_query, max_num_results, score_threshold, folder)
+        return self._post(f"{self._path}/search", body)
 
     def ai_search(
         self,
         query: str,
         *,
         model: str | None = None,
+        system_prompt: str | None = None,
         max_tokens: int | None = None,
-        max_num_results: int | None = None,
-        match_threshold: float | None = None,
-        retrieval_type: RetrievalType | None = None,
-        folder: str | None = None,
         rewrite_query: bool = False,
+        max_num_results: int | None = None,
+        score_threshold: float | None = None,
+        folder: str | None = None,
     ) -> Result:
-        """`{"response": the answer, "chunks": its sources, "usage": ...}`."""
-        options = retrieval_options(max_num_results, match_threshold, retrieval_type, folder, rewrite_query)
-        body = _chat_body(query, model, max_tokens, options)
-        completion = self._post(f"{self._path}/chat/completions", body)
-        return {
-            "response": completion["choices"][0]["message"]["content"],
-            "chunks": completion.get("chunks", []),
-            "usage": completion.get("usage"),
-        }
+        """The search page with the answer under `response`."""
+        body = search_body(query, rewrite_query, max_num_results, score_threshold, folder)
+        return self._post(f"{self._path}/ai-search", body | _answer(model, system_prompt, max_tokens))
 
     def ai_search_stream(
         self,
         query: str,
         *,
         model: str | None = None,
+        system_prompt: str | None = None,
         max_tokens: int | None = None,
-        max_num_results: int | None = None,
-        match_threshold: float | None = None,
-        retrieval_type: RetrievalType | None = None,
-        folder: str | None = None,
         rewrite_query: bool = False,
+        max_num_results: int | None = None,
+        score_threshold: float | None = None,
+        folder: str | None = None,
     ) -> Generator[Result, None, None]:
-        """`{"chunks": [...]}` first, then `{"response": "..."}` pieces, then one `{"usage": ...}`."""
-        options = retrieval_options(max_num_results, match_threshold, retrieval_type, folder, rewrite_query)
-        body = _chat_body(query, model, max_tokens, options) | {"stream": True}
-        with self._client.stream("POST", f"{self._path}/chat/completions", json=body) as response:
+        """The search page first, then `{"response": "..."}` pieces, the last one with `usage`."""
+        body = search_body(query, rewrite_query, max_num_results, score_threshold, folder)
+        body |= _answer(model, system_prompt, max_tokens) | {"stream": True}
+        with self._client.stream("POST", f"{self._path}/ai-search", json=body) as response:
             if response.status_code != 200:
                 response.read()
                 raise remote_error(json_body(response), response.status_code)
             for line in response.iter_lines():
-                event = _event(line)
-                if event is not None:
-                    yield event
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[len("data: ") :])
+                if event.get("success") is False:
+                    raise remote_error(event, response.status_code)
+                yield event
 
-    def _post(self, path: str, body: dict[str, Any]) -> Result:
+    def _post(self, path: str, body: Result) -> Result:
         response = self._client.post(path, json=body)
         answer = json_body(response)
-        if response.status_code != 200 or answer.get("success") is False:
+        if response.status_code != 200 or not answer.get("success"):
             raise remote_error(answer, response.status_code)
-        return answer
+        result: Result = answer["result"]
+        return result
 
 
-def _chat_body(query: str, model: str | None, max_tokens: int | None, options: dict[str, Any]) -> Result:
-    body: Result = {"messages": [{"role": "user", "content": query}], "ai_search_options": options}
-    if model is not None:
-        body["model"] = model
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    return body
-
-
-def _event(line: str) -> Result | None:
-    """One SSE line of the chat stream as the SDK's event, or None for what carries nothing for the caller."""
-    if not line.startswith("data: ") or line == "data: [DONE]":
-        return None
-    payload = json.loads(line[len("data: ") :])
-    if payload.get("object") == "ai_search.chunks":
-        return {"chunks": payload["chunks"]}
-    if "error" in payload:
-        raise remote_error(payload, 200)
-    if payload.get("usage"):
-        return {"usage": payload["usage"]}
-    choices = payload.get("choices") or [{}]
-    text = (choices[0].get("delta") or {}).get("content")
-    return {"response": text} if text else None
+def _answer(model: str | None, system_prompt: str | None, max_tokens: int | None) -> Result:
+    chosen = {"model": model, "system_prompt": system_prompt, "max_tokens": max_tokens}
+    return {key: value for key, value in chosen.items() if value is not None}

@@ -9,22 +9,18 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import cloudflare
 import httpx
 import pytest
 
 from cirrus.sdk import Ai, AiError
+from tests.integration.ai_search_calls import INSTANCES, MINILM, SMOLLM, call, search, upload
 from tests.integration.gateway import Identities, bearer, provision
 from tests.integration.server import Server, running_server, write_catalog
 from tests.rag_corpus import documents, write_corpus
 
 pytestmark = pytest.mark.integration
-
-MINILM = "@cf/sentence-transformers/all-minilm-l6-v2"
-SMOLLM = "@cf/huggingface/smollm2-135m-instruct"
-INSTANCES = "/ai-search/instances"
 
 
 @pytest.fixture(scope="module")
@@ -65,32 +61,6 @@ def corpus(served: tuple[Identities, Server]) -> str:
         assert uploaded["status"] == "completed", uploaded
         assert uploaded["chunks_count"] > 0
     return "corpus"
-
-
-def call(server: Server, token: str, method: str, path: str, **request: Any) -> httpx.Response:
-    return httpx.request(method, f"{server.url}{path}", headers=bearer(token), timeout=300, **request)
-
-
-def upload(server: Server, token: str, instance: str, key: str, data: bytes) -> dict[str, Any]:
-    answer = call(
-        server,
-        token,
-        "POST",
-        f"{INSTANCES}/{instance}/items",
-        files={"file": (key, data)},
-        data={"wait_for_completion": "true"},
-    )
-    assert answer.status_code == 200, answer.text
-    result: dict[str, Any] = answer.json()["result"]
-    return result
-
-
-def search(server: Server, token: str, instance: str, query: str, **options: Any) -> list[dict[str, Any]]:
-    body = {"query": query, "ai_search_options": {"retrieval": options}}
-    answer = call(server, token, "POST", f"{INSTANCES}/{instance}/search", json=body)
-    assert answer.status_code == 200, answer.text
-    chunks: list[dict[str, Any]] = answer.json()["result"]["chunks"]
-    return chunks
 
 
 @pytest.mark.parametrize("kind", ["vector", "keyword", "hybrid"])
@@ -235,23 +205,37 @@ def test_the_cli_adds_a_folder_and_searches_it(served: tuple[Identities, Server]
     assert "from-cli" in run("list").stdout
 
 
-def test_the_cirrus_sdk_searches_and_answers_like_the_workers_binding(
+def test_the_autorag_shape_and_the_cirrus_sdk_answer_like_the_workers_binding(
     served: tuple[Identities, Server], corpus: str
 ) -> None:
     ids, server = served
     question = documents()[1]
     with Ai.remote(server.url, ids.run) as ai:
-        found = ai.autorag(corpus).search(question.question, max_num_results=2, retrieval_type="hybrid")
-        assert found["chunks"][0]["item"]["key"] == question.key
-        answered = ai.autorag(corpus).ai_search(question.question, max_tokens=16)
-        assert answered["response"] and answered["chunks"][0]["item"]["key"] == question.key
-        assert answered["usage"]["completion_tokens"] > 0
-        events = list(ai.autorag(corpus).ai_search_stream(question.question, max_tokens=8))
-        assert events[0]["chunks"][0]["item"]["key"] == question.key
-        assert "".join(event.get("response", "") for event in events)
-        assert any("usage" in event for event in events)
+        docs = ai.autorag(corpus)
+        found = docs.search(question.question, max_num_results=2)
+        assert (
+            found["object"] == "vector_store.search_results.page"
+            and found["search_query"] == question.question
+        )
+        assert len(found["data"]) <= 2 and found["data"][0]["filename"] == question.key
+        assert found["data"][0]["content"][0]["text"] and found["data"][0]["file_id"]
+        answered = docs.ai_search(question.question, max_tokens=16, system_prompt="Answer in one sentence.")
+        assert answered["response"] and answered["data"][0]["filename"] == question.key
+        events = list(docs.ai_search_stream(question.question, max_tokens=8))
+        assert events[0]["object"] == "vector_store.search_results.page"
+        assert events[0]["data"][0]["filename"] == question.key
+        assert "".join(str(event.get("response", "")) for event in events[1:])
+        assert events[-1]["usage"]["completion_tokens"] > 0
         with pytest.raises(AiError) as refused:
             ai.autorag("no-such-instance").search("anything")
         assert refused.value.status == 404
     with Ai.remote(server.url, ids.other) as other, pytest.raises(AiError):
         other.autorag(corpus).search(question.question)  # another account's instance is not found
+    bad = call(
+        server,
+        ids.run,
+        "POST",
+        f"/autorag/rags/{corpus}/search",
+        json={"query": "x", "filters": {"type": "eq", "key": "author", "value": "me"}},
+    )
+    assert bad.status_code == 400 and "author" in bad.json()["errors"][0]["message"]

@@ -40,9 +40,12 @@ def question_of(query: str | None, messages: Sequence[Message] | None) -> str:
     raise InvalidInput("send 'query', or 'messages' with a user message that has text", param="messages")
 
 
-def grounded_messages(messages: Sequence[Message], sources: Sequence[Scored]) -> list[dict[str, Any]]:
+def grounded_messages(
+    messages: Sequence[Message], sources: Sequence[Scored], instructions: str = ANSWER_INSTRUCTIONS
+) -> list[dict[str, Any]]:
     """The conversation the answer is generated from: the sources first, then the client's messages."""
-    return [{"role": "system", "content": _sources_prompt(sources)}, *(dict(message) for message in messages)]
+    system = {"role": "system", "content": _sources_prompt(sources, instructions)}
+    return [system, *(dict(message) for message in messages)]
 
 
 def rewrite_messages(question: str) -> list[dict[str, Any]]:
@@ -55,13 +58,13 @@ def rewritten_query(answer: str, question: str) -> str:
     return line if line else question
 
 
-def _sources_prompt(sources: Sequence[Scored]) -> str:
+def _sources_prompt(sources: Sequence[Scored], instructions: str) -> str:
     if not sources:
-        return f"{ANSWER_INSTRUCTIONS}\n\n{NO_SOURCES}"
+        return f"{instructions}\n\n{NO_SOURCES}"
     numbered = "\n\n".join(
         f"[{number}] ({source.hit.key})\n{source.hit.text}" for number, source in enumerate(sources, start=1)
     )
-    return f"{ANSWER_INSTRUCTIONS}\n\nSources:\n\n{numbered}"
+    return f"{instructions}\n\nSources:\n\n{numbered}"
 
 
 def _text_of(content: Any) -> str:

@@ -73,7 +73,7 @@ class ChatBody(BaseModel):
 
 async def search(instance_id: str, body: SearchBody, request: Request) -> Any:
     instance = await instance_of(request, instance_id)
-    query, found = await _retrieved(request, instance, body.query, body.messages, body.ai_search_options)
+    query, found = await retrieved(request, instance, body.query, body.messages, body.ai_search_options)
     return envelope(
         {"search_query": query, "query_kind": "text", "chunks": [chunk_object(scored) for scored in found]}
     )
@@ -81,7 +81,7 @@ async def search(instance_id: str, body: SearchBody, request: Request) -> Any:
 
 async def chat_completions(instance_id: str, body: ChatBody, request: Request) -> Any:
     instance = await instance_of(request, instance_id)
-    _, found = await _retrieved(request, instance, None, body.messages, body.ai_search_options)
+    _, found = await retrieved(request, instance, None, body.messages, body.ai_search_options)
     chat = ChatRequest(
         model=body.model or instance.chat_model,
         messages=grounded_messages(body.messages, found),
@@ -102,7 +102,7 @@ async def _streamed(run: ChatRun, chunks: list[dict[str, Any]]) -> AsyncIterator
         yield event
 
 
-async def _retrieved(
+async def retrieved(
     request: Request,
     instance: Instance,
     query: str | None,

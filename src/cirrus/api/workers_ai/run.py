@@ -29,7 +29,7 @@ router = APIRouter(tags=["Workers AI"])
 SCHEMA_REF = "#/components/schemas/{model}"
 
 
-async def _events(run: ChatRun) -> AsyncIterator[bytes]:
+async def workers_ai_events(run: ChatRun) -> AsyncIterator[bytes]:
     try:
         async for event in run:
             for payload in stream_payloads(event):
@@ -42,7 +42,7 @@ async def _events(run: ChatRun) -> AsyncIterator[bytes]:
 async def _generate(request: Request, spec: ModelSpec, body: TextGenerationInput) -> Any:
     chat = chat_request(spec, body)
     if body.stream:
-        return await stream_chat(request, chat, _events)
+        return await stream_chat(request, chat, workers_ai_events)
     run, result = await whole_chat(request, chat)
     return envelope(result_body(result, run.json_mode, run.raw))
 
