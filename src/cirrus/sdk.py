@@ -26,7 +26,8 @@ from cirrus.config import Settings
 from cirrus.errors import CirrusError, InvalidInput
 from cirrus.platform import Platform
 from cirrus.runtime.params import GenerationInput
-from cirrus.sdk_http import AiError, json_body, remote_error
+from cirrus.sdk_http import AiError as AiError  # re-exported: `from cirrus.sdk import AiError`
+from cirrus.sdk_http import json_body, remote_error
 from cirrus.sdk_search import AiSearch
 from cirrus.service import EmbeddingRequest, Generation, InferenceRequest
 

@@ -22,22 +22,33 @@ REWRITE_INSTRUCTIONS = (
     "Rewrite the user's question as a short search query for a document index. Answer with the query only."
 )
 Message = Mapping[str, Any]
+Field = tuple[str, str]  # (where, as the client names it; the text)
+SOURCES_FIELD = "messages[0].content"  # where `grounded_messages` puts the sources
 
 
-def question_of(query: str | None, messages: Sequence[Message] | None) -> str:
-    """The text to search for: `query`, else the last user message's text."""
+def asked(query: str | None, messages: Sequence[Message] | None) -> Field:
+    """The question and the field it came in, as the client names it (`query`, `messages[2].content`)."""
     if query is not None and messages is not None:
         raise InvalidInput("send either 'query' or 'messages', not both", param="query")
     if query is not None:
         if not query.strip():
             raise InvalidInput("'query' is empty: there is nothing to search for", param="query")
-        return query
-    for message in reversed(messages or ()):
+        return "query", query
+    for index, message in reversed(list(enumerate(messages or ()))):
         if message.get("role") == "user":
             text = _text_of(message.get("content"))
             if text.strip():
-                return text
+                return f"messages[{index}].content", text
     raise InvalidInput("send 'query', or 'messages' with a user message that has text", param="messages")
+
+
+def message_fields(messages: Sequence[Message]) -> list[Field]:
+    """Each message's text, named as the client's protocol names it."""
+    return [
+        (f"messages[{index}].content", _text_of(message.get("content")))
+        for index, message in enumerate(messages)
+        if message.get("content") is not None
+    ]
 
 
 def grounded_messages(

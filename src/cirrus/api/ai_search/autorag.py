@@ -15,6 +15,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from cirrus.api.ai_search.calls import check_input, sources_refusal_named
 from cirrus.api.ai_search.instances import instance_of
 from cirrus.api.ai_search.search import QueryRewrite, RetrievalOptions, SearchOptions, retrieved
 from cirrus.api.inference import stream_chat, whole_chat
@@ -83,18 +84,21 @@ async def search(instance_id: str, body: AutoRagSearchBody, request: Request) ->
 
 async def ai_search(instance_id: str, body: AutoRagAiSearchBody, request: Request) -> Any:
     instance = await instance_of(request, instance_id)
+    model = body.model or instance.chat_model
+    await check_input(request, model, [("query", body.query)])  # named as sent, before retrieval
     query, found = await retrieved(request, instance, body.query, None, body.search_options())
     question = [{"role": "user", "content": body.query}]
     chat = ChatRequest(
-        model=body.model or instance.chat_model,
+        model=model,
         messages=grounded_messages(question, found, body.system_prompt or ANSWER_INSTRUCTIONS),
         sampling=SamplingParams(temperature=ANSWER_TEMPERATURE),
         max_tokens=body.max_tokens,
     )
     page = search_page(query, found)
-    if body.stream:
-        return await stream_chat(request, chat, lambda run: _streamed(run, page))
-    _, result = await whole_chat(request, chat)
+    with sources_refusal_named():
+        if body.stream:
+            return await stream_chat(request, chat, lambda run: _streamed(run, page))
+        _, result = await whole_chat(request, chat)
     return envelope({**page, "response": result.content})
 
 

@@ -1,13 +1,21 @@
 """AI Search's model calls, each through the gateway like any other: the query's embedding (its own usage record,
 `<request id>/query`) and the answer's generation (the request's own call, so the access log shows it), both for
-the caller's token: its scopes, limits and budget apply to the instance's models too."""
+the caller's token: its scopes, limits, budget and guardrails apply to the instance's models too.
+
+The input guardrails see the client's texts before anything is retrieved, so a refusal names the field the client
+sent (`query`, `messages[2].content`) as a plain call's does, rather than where the texts end up (the query's
+embedding input, or the answer's messages behind the sources)."""
+
+import contextlib
+from collections.abc import Iterator, Sequence
 
 from fastapi import Request
 
 from cirrus.api.context import platform_of
 from cirrus.api.inference import gateway_call
-from cirrus.errors import ModelForbidden
+from cirrus.errors import InputRefused, ModelForbidden
 from cirrus.gateway.call import Call
+from cirrus.rag.grounding import SOURCES_FIELD, Field
 from cirrus.runtime.embedding import EmbeddingInput
 from cirrus.service import EmbeddingRequest
 
@@ -44,3 +52,26 @@ def require_models(request: Request, *models: str) -> None:
             raise ModelForbidden(
                 f"this token may not use {model}, which this AI Search instance runs", param="model"
             )
+
+
+async def check_input(request: Request, model: str, fields: Sequence[Field]) -> None:
+    """The texts through the model's and the account's input guardrails, as the pipeline will check them."""
+    platform = platform_of(request)
+    call = gateway_call(request, stream=False)
+    spec = platform.pipeline.resolve(call, model)
+    guard = await platform.pipeline.parts.input_guard(call.principal, spec)
+    guard.check_texts(fields)
+
+
+@contextlib.contextmanager
+def sources_refusal_named() -> Iterator[None]:
+    """Around an answer's generation whose client messages passed `check_input`: a refusal of the first message
+    is of the sources retrieved for it (a document holds text the chat model's guardrails refuse)."""
+    try:
+        yield
+    except InputRefused as refused:
+        if refused.param != SOURCES_FIELD:
+            raise
+        raise InputRefused(
+            "the sources retrieved for this question were refused by a guardrail policy", param="sources"
+        ) from None

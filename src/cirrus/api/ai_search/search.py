@@ -10,7 +10,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from cirrus.api.ai_search.calls import embed_query, step_call
+from cirrus.api.ai_search.calls import check_input, embed_query, sources_refusal_named, step_call
 from cirrus.api.ai_search.instances import PREFIXES, instance_of, rag_store
 from cirrus.api.ai_search.shapes import chunk_object
 from cirrus.api.context import platform_of
@@ -21,7 +21,7 @@ from cirrus.api.sse import sse_data
 from cirrus.api.workers_ai.schemas import envelope
 from cirrus.chat import ChatRequest, ChatRun, start_chat
 from cirrus.errors import InvalidInput
-from cirrus.rag.grounding import grounded_messages, question_of, rewrite_messages, rewritten_query
+from cirrus.rag.grounding import asked, grounded_messages, message_fields, rewrite_messages, rewritten_query
 from cirrus.rag.model import Instance
 from cirrus.rag.retrieval import Retrieval, RetrievalType, Scored, retrieve
 from cirrus.runtime.params import SamplingParams
@@ -81,17 +81,21 @@ async def search(instance_id: str, body: SearchBody, request: Request) -> Any:
 
 async def chat_completions(instance_id: str, body: ChatBody, request: Request) -> Any:
     instance = await instance_of(request, instance_id)
+    model = body.model or instance.chat_model
+    # The client's messages through the guardrails as a plain chat call's, before anything is retrieved.
+    await check_input(request, model, message_fields(body.messages))
     _, found = await retrieved(request, instance, None, body.messages, body.ai_search_options)
     chat = ChatRequest(
-        model=body.model or instance.chat_model,
+        model=model,
         messages=grounded_messages(body.messages, found),
         sampling=SamplingParams(temperature=0.6 if body.temperature is None else body.temperature),
         max_tokens=body.max_tokens,
     )
     chunks = [chunk_object(scored) for scored in found]
-    if body.stream:
-        return await stream_chat(request, chat, lambda run: _streamed(run, chunks))
-    run, result = await whole_chat(request, chat)
+    with sources_refusal_named():
+        if body.stream:
+            return await stream_chat(request, chat, lambda run: _streamed(run, chunks))
+        run, result = await whole_chat(request, chat)
     return chat_completion_body(run.model, result) | {"chunks": chunks}
 
 
@@ -109,8 +113,10 @@ async def retrieved(
     messages: list[dict[str, Any]] | None,
     options: SearchOptions,
 ) -> tuple[str, list[Scored]]:
-    question = question_of(query, messages)
+    where, question = asked(query, messages)
+    await check_input(request, instance.embedding_model, [(where, question)])
     if options.query_rewrite.enabled:
+        await check_input(request, instance.chat_model, [(where, question)])
         question = await _rewrite(request, instance, question)
     retrieval = _retrieval(instance, question, options.retrieval)
     index = rag_store(request).index
