@@ -239,3 +239,29 @@ def test_the_autorag_shape_and_the_cirrus_sdk_answer_like_the_workers_binding(
         json={"query": "x", "filters": {"type": "eq", "key": "author", "value": "me"}},
     )
     assert bad.status_code == 400 and "author" in bad.json()["errors"][0]["message"]
+
+
+def test_an_answer_is_cached_when_asked_and_a_changed_source_misses(
+    served: tuple[Identities, Server],
+) -> None:
+    """`cf-aig-cache-ttl` caches a greedy AI Search answer as it caches any chat call; the cached answer is keyed by
+    the retrieved sources too, so a document that changed does not get the old answer."""
+    ids, server = served
+    assert call(server, ids.run, "POST", INSTANCES, json={"id": "cached"}).status_code == 200
+    upload(
+        server, ids.run, "cached", "bees.md", b"# Bees\n\nBees dance to tell the hive where flowers are.\n"
+    )
+    body = {
+        "messages": [{"role": "user", "content": "Why do bees dance?"}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    path = f"{INSTANCES}/cached/chat/completions"
+    cached = {**bearer(ids.run), "cf-aig-cache-ttl": "600"}
+    answers = [httpx.post(f"{server.url}{path}", json=body, headers=cached, timeout=120) for _ in range(2)]
+    assert [a.headers["cf-aig-cache-status"] for a in answers] == ["MISS", "HIT"]
+    assert answers[0].json()["choices"] == answers[1].json()["choices"]
+    upload(server, ids.run, "cached", "bees.md", b"# Bees\n\nBees dance to show the hive where water is.\n")
+    changed = httpx.post(f"{server.url}{path}", json=body, headers=cached, timeout=120)
+    assert changed.headers["cf-aig-cache-status"] == "MISS"
+    assert call(server, ids.run, "POST", path, json=body).headers["cf-aig-cache-status"] == "BYPASS"
