@@ -46,3 +46,16 @@ async def test_a_node_runs_open_only_where_allowed_and_only_without_tokens(datab
     assert principal is not None and principal.token_id == token.id
     await identity.revoke_token(token.id)
     assert await loopback.requires_token() and await public.requires_token()  # never open again
+
+
+async def test_a_token_this_gateway_revoked_is_refused_at_once_despite_the_cache(database: Database) -> None:
+    identity = IdentityStore(database)
+    await identity.migrate()
+    node = NodeAuthenticator(identity, ttl_s=600, open_allowed=False)
+    account = await identity.create_account("acme")
+    secret, token = await identity.create_token(account.id, "colleague")
+    assert await node.authenticate(secret) is not None
+    await identity.revoke_token(token.id)
+    assert await node.authenticate(secret) is not None  # cached: another gateway's revocation waits out the ttl
+    node.forget_tokens()
+    assert await node.authenticate(secret) is None

@@ -101,6 +101,11 @@ class NodeAuthenticator:
     async def authenticate(self, secret: str) -> Principal | None:
         return await self._tokens.authenticate(secret)
 
+    def forget_tokens(self) -> None:
+        """After this gateway revoked a token itself: its next use is checked in the store, not the cache.
+        Other gateways still trust their cached answer for up to `ttl_s`."""
+        self._tokens.clear()
+
     async def requires_token(self) -> bool:
         """False only on a node allowed to run open (loopback, or --allow-open) where no token was ever created:
         revoking or outliving the last token refuses everyone rather than open the node. So once a token was
