@@ -124,8 +124,11 @@ install_lora_converter() (
 
 install_test_services() {
   # PostgreSQL, Redis and an OCI registry are real servers the tests start (never mocks); `make serve` needs none.
+  # The console's browser tests drive Debian's chromium through its chromium-driver (Selenium).
   local missing=()
   command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v chromium >/dev/null || missing+=(chromium)
+  command -v chromedriver >/dev/null || missing+=(chromium-driver)
   command -v docker-registry >/dev/null || missing+=(docker-registry)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
   [ ${#missing[@]} -eq 0 ] && return

@@ -75,6 +75,11 @@ class Settings(BaseSettings):
         default=False, description="serve without tokens on an address other than loopback"
     )
     auth_cache_ttl_s: float = 2.0
+    console_session_hours: float = Field(
+        default=12.0,
+        gt=0,
+        description="how long a console sign-in lasts (its token's expiry or revocation ends it sooner)",
+    )
     daily_free_neurons: float = 10_000.0
     alert_webhook_url: str | None = None
     cache_ttl_s: float = Field(

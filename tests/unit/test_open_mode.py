@@ -56,6 +56,7 @@ async def test_a_token_this_gateway_revoked_is_refused_at_once_despite_the_cache
     secret, token = await identity.create_token(account.id, "colleague")
     assert await node.authenticate(secret) is not None
     await identity.revoke_token(token.id)
-    assert await node.authenticate(secret) is not None  # cached: another gateway's revocation waits out the ttl
+    # Cached: a revocation made elsewhere waits out the ttl here.
+    assert await node.authenticate(secret) is not None
     node.forget_tokens()
     assert await node.authenticate(secret) is None

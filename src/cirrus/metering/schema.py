@@ -92,6 +92,10 @@ INDEXES = (
     # Retention deletes by age (metering/retention.py). On a large existing PostgreSQL table, create it by hand
     # first with CREATE INDEX CONCURRENTLY, or the first migration holds a lock while it builds.
     "CREATE INDEX IF NOT EXISTS usage_events_by_started_at ON usage_events (started_at)",
+    # The console's request log: an account's latest records, and one request's records by its id. The same
+    # caveat holds: on a large PostgreSQL table, create them CONCURRENTLY by hand before upgrading.
+    "CREATE INDEX IF NOT EXISTS usage_events_by_account_started_at ON usage_events (account_id, started_at)",
+    "CREATE INDEX IF NOT EXISTS usage_events_by_request_id ON usage_events (request_id)",
 )
 
 _ADD_TO_DAY = ", ".join(f"{c} = usage_daily.{c} + excluded.{c}" for c in COUNTERS)

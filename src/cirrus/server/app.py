@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from cirrus.api import account_usage, admin, health, metrics
+from cirrus.api.ai_search import autorag as ai_search_autorag
 from cirrus.api.ai_search import instances as ai_search_instances
 from cirrus.api.ai_search import items as ai_search_items
 from cirrus.api.ai_search import search as ai_search_search
@@ -17,6 +18,8 @@ from cirrus.api.openai import batches, chat, completions, embeddings, files, res
 from cirrus.api.openai import models as openai_models
 from cirrus.api.workers_ai import finetunes, run
 from cirrus.api.workers_ai import models as workers_ai_models
+from cirrus.console import routes as console
+from cirrus.console.headers import ConsoleHeadersMiddleware
 from cirrus.platform import Platform
 from cirrus.server.access_log import AccessLogMiddleware
 from cirrus.server.ai_search import running_ingest
@@ -39,6 +42,7 @@ ROUTERS = (
     ai_search_instances.router,
     ai_search_items.router,
     ai_search_search.router,
+    ai_search_autorag.router,
     chat.router,
     completions.router,
     responses.router,
@@ -57,13 +61,15 @@ ROUTERS = (
 def build_middleware_stack(app: ASGIApp, platform: Platform) -> ASGIApp:
     """Outermost last. The request id wraps everything, so even a refused request carries one and is logged;
     authentication comes before the body is read, so an unauthenticated caller cannot make us read 10 MB."""
+    # The console's sessions (build_api installs them) also authenticate API calls the playground makes.
+    sessions = app.state.console if isinstance(app, FastAPI) else None
     app = JsonBodyMiddleware(app)
     settings = platform.settings
     upload_limit = settings.finetune_max_asset_bytes + finetunes.FORM_OVERHEAD_BYTES
     app = BodyLimitMiddleware(app, settings.max_body_bytes, {finetunes.ASSET_UPLOAD_PATH: upload_limit})
-    app = AuthMiddleware(app, platform, platform.settings.metrics_token_required)
+    app = AuthMiddleware(app, platform, platform.settings.metrics_token_required, sessions)
     app = AccessLogMiddleware(app, platform.metrics)
-    return RequestIdMiddleware(app)
+    return RequestIdMiddleware(ConsoleHeadersMiddleware(app))
 
 
 def build_api(platform: Platform) -> FastAPI:
@@ -88,6 +94,7 @@ def build_api(platform: Platform) -> FastAPI:
     for router in ROUTERS:
         api.include_router(router)
     install_handlers(api)
+    console.install_for(api, platform)
 
     def openapi() -> dict[str, Any]:
         """FastAPI's document, plus the Workers AI task inputs its run routes validate themselves."""

@@ -6,6 +6,12 @@ to open once a token was created: when its last token is revoked or expires it r
 the answer is the same whether the token is unknown, revoked or expired. A token acts only for its own account
 (`/client/v4/accounts/{id}/...`) and only an admin token reaches the operator routes.
 
+The console (`/` and `/console/...`) authenticates its own pages: a browser signs in there once and holds a
+session cookie. That cookie also authenticates the API routes, so the playground sends the exact request a user
+would through the same pipeline (metering, limits, guardrails), but only without an Authorization header and
+only with the session's CSRF token in `X-Cirrus-CSRF`: a cookie alone, which a browser attaches to a request any
+page forges, is never enough (a good session without that header is 403). A bearer token always wins over a cookie.
+
 While the token database is unavailable, tokens this gateway checked recently keep working (gateway/components.py
 and auth/cache.py say how long); any other request is refused with 503 / 3057 and `Retry-After`, in the caller's
 protocol. This middleware sits outside the app's error handlers, so it renders every failure itself: an
@@ -21,11 +27,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cirrus.api.errors import error_response
 from cirrus.api.protocol import protocol_for
 from cirrus.auth import OPEN_PRINCIPAL, Permission, Principal
+from cirrus.console.headers import is_console_path
 from cirrus.errors import CirrusError, Forbidden, InternalError, NotReady, Unauthorized
 
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+SESSION_COOKIE = b"cirrus_session"
+CSRF_HEADER = b"x-cirrus-csrf"
 ADMIN_PREFIX = "/admin/"
 METRICS_PATH = "/metrics"
 _ACCOUNT_PATH = re.compile(r"^/client/v4/accounts/([^/]+)/")
@@ -37,6 +46,10 @@ class Authenticator(Protocol):
     async def requires_token(self) -> bool: ...
 
 
+class ConsoleSessions(Protocol):
+    async def api_principal(self, session_id: str, csrf: str | None) -> Principal | None: ...
+
+
 class AuthSource(Protocol):
     """Where the middleware finds the authenticator once the gateway has opened its store."""
 
@@ -44,10 +57,17 @@ class AuthSource(Protocol):
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, source: AuthSource, metrics_need_token: bool) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        source: AuthSource,
+        metrics_need_token: bool,
+        sessions: ConsoleSessions | None = None,
+    ) -> None:
         self.app = app
         self.source = source
         self.metrics_need_token = metrics_need_token
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._is_public(scope["path"]):
@@ -68,6 +88,8 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
     def _is_public(self, path: str) -> bool:
+        if is_console_path(path):  # the console authenticates itself (cirrus/console/session.py)
+            return True
         return path in PUBLIC_PATHS or (path == METRICS_PATH and not self.metrics_need_token)
 
     async def _principal(self, scope: Scope) -> Principal:
@@ -77,10 +99,38 @@ class AuthMiddleware:
         if not await authenticator.requires_token():
             return OPEN_PRINCIPAL
         secret = _token(scope)
-        principal = None if secret is None else await authenticator.authenticate(secret)
+        if secret is not None:
+            principal = await authenticator.authenticate(secret)
+        else:
+            principal = await self._session_principal(scope)
         if principal is None:
             raise Unauthorized("Authentication error", headers={"WWW-Authenticate": "Bearer"})
         return principal
+
+    async def _session_principal(self, scope: Scope) -> Principal | None:
+        session_id = _cookie(scope, SESSION_COOKIE)
+        if self.sessions is None or session_id is None:
+            return None
+        return await self.sessions.api_principal(session_id, _header(scope, CSRF_HEADER))
+
+
+def _header(scope: Scope, wanted: bytes) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == wanted:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _cookie(scope: Scope, wanted: bytes) -> str | None:
+    """The named cookie's value, read from every Cookie header without parsing the others' values."""
+    for name, value in scope.get("headers", []):
+        if name != b"cookie":
+            continue
+        for pair in value.split(b";"):
+            key, _, cookie = pair.strip().partition(b"=")
+            if key == wanted and cookie:
+                return str(cookie.decode("latin-1"))
+    return None
 
 
 def _token(scope: Scope) -> str | None:

@@ -1,0 +1,1 @@
+"""One module per console page, each exporting `router: APIRouter`."""
