@@ -179,3 +179,64 @@ async def test_the_playground_offers_the_catalog_and_says_when_no_embedding_mode
     )
     assert ('id="no-embedding-model"' in page.text) != embeddings_installed
     assert ('id="embedding-model"' in page.text) == embeddings_installed
+
+
+async def test_an_open_node_answers_only_under_a_loopback_host(node: Node) -> None:
+    """A page elsewhere that rebinds its own name to 127.0.0.1 sends that name as Host: refused, so it cannot
+    read the CSRF token and create the node's first (admin) token."""
+    for host in ("127.0.0.1:8787", "localhost:8787", "[::1]:8787", "localhost"):
+        assert (await node.client.get("/console/keys", headers={"Host": host})).status_code == 200, host
+    rebound = await node.client.get("/console/keys", headers={"Host": "attacker.example:8787"})
+    assert rebound.status_code == 403 and "loopback" in rebound.text
+    assert csrf_of(rebound) == ""  # the open node's CSRF token is not handed out
+
+
+async def test_a_malformed_credential_header_never_falls_back_to_the_session(node: Node) -> None:
+    csrf = await node.sign_in(await node.token("alice"))
+    for header in ({"Authorization": "Basic YTpi"}, {"Authorization": "Bearer "}, {"x-api-key": ""}):
+        answer = await node.client.get("/v1/models", headers={"X-Cirrus-CSRF": csrf, **header})
+        assert answer.status_code == 401, header
+
+
+async def test_signing_in_again_ends_the_session_the_browser_held(node: Node) -> None:
+    await node.sign_in(await node.token("alice"))
+    first = node.client.cookies["cirrus_session"]
+    await node.sign_in(await node.token("bob"))
+    assert node.client.cookies["cirrus_session"] != first
+    node.client.cookies.set("cirrus_session", first)
+    assert (await node.client.get("/console/overview")).status_code == 303  # the old session is gone
+
+
+async def test_a_null_origin_signs_in_only_from_our_own_pages(node: Node) -> None:
+    secret = await node.token("alice")
+    sandboxed = await node.client.post(
+        "/console/signin", content=f"token={secret}", headers={**FORM, "Origin": "null"}
+    )
+    assert sandboxed.status_code == 401
+    own = await node.client.post(
+        "/console/signin",
+        content=f"token={secret}",
+        headers={**FORM, "Origin": "null", "Sec-Fetch-Site": "same-origin"},
+    )
+    assert own.status_code == 303
+
+
+async def test_models_show_a_non_admin_only_what_its_token_may_use_and_no_internals(node: Node) -> None:
+    identity = node.platform.gateway.identity
+    account = await identity.create_account("beta")
+    secret, _ = await identity.create_token(
+        account.id, "narrow", model_patterns=("@cf/google/*",), permissions=(Permission.RUN,)
+    )
+    await node.sign_in(secret)
+    page = await node.client.get("/console/models")
+    assert page.status_code == 200
+    assert (
+        "smollm2" not in page.text and "Memory budget" not in page.text and "Packed variants" not in page.text
+    )
+
+
+async def test_a_malformed_date_is_a_clear_400(node: Node) -> None:
+    await node.sign_in(await node.token("alice"))
+    for path in ("/console/usage?until=x", "/console/usage.csv?until=2026-13-01"):
+        answer = await node.client.get(path)
+        assert answer.status_code == 400 and "YYYY-MM-DD" in answer.text, path

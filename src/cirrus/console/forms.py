@@ -23,9 +23,12 @@ async def form_fields(request: Request) -> dict[str, str]:
 def cross_origin(request: Request) -> bool:
     """A form sent from another site's page (login CSRF). Browsers say where a request came from in
     `Sec-Fetch-Site`; `Origin` is "null" on our own pages' form posts, whose referrer policy is no-referrer."""
-    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
         return True
     origin = request.headers.get("origin")
-    if origin is None or origin == "null":
+    if origin is None:
         return False
+    if origin == "null":  # our own pages send it, and say same-origin; a sandboxed frame elsewhere may too
+        return site != "same-origin"
     return origin.rstrip("/") != f"{request.url.scheme}://{request.url.netloc}"

@@ -13,6 +13,7 @@ from cirrus.auth import Permission, Principal
 from cirrus.console.access import ConsoleAccess, ConsoleUser, csrf_matches
 from cirrus.console.forms import form_fields
 from cirrus.console.session_store import ConsoleSession
+from cirrus.gateway.open_mode import is_loopback
 
 __all__ = [
     "COOKIE",
@@ -27,6 +28,12 @@ __all__ = [
 ]
 
 COOKIE = "cirrus_session"
+# An open node's console acts as an admin for whoever reaches it, so it answers only under a loopback name: a
+# page elsewhere that rebinds its own domain to 127.0.0.1 sends its domain as Host and is refused.
+OPEN_NODE_HOST = (
+    "This node runs open (no tokens), so its console answers only at a loopback address such as "
+    "http://127.0.0.1:8787/; create a token (`cirrus tokens create`) to sign in from elsewhere."
+)
 CSRF_HEADER = "x-cirrus-csrf"
 CSRF_FIELD = "csrf"
 
@@ -55,6 +62,8 @@ async def console_user(request: Request) -> ConsoleUser:
         user = await console_access(request).user(request.cookies.get(COOKIE))
         if user is None:
             raise SignInRequired()
+        if user.open_node and not is_loopback(host_name(request.headers.get("host", ""))):
+            raise ConsoleForbidden(OPEN_NODE_HOST)
         request.state.console_user = user
     return user
 
@@ -68,6 +77,13 @@ async def require_csrf(request: Request) -> None:
     given = request.headers.get(CSRF_HEADER) or (await form_fields(request)).get(CSRF_FIELD)
     if not given or not csrf_matches(user.csrf, given):
         raise ConsoleForbidden("This request lacks the console's CSRF token; reload the page and try again.")
+
+
+def host_name(host: str) -> str:
+    """`Host` without its port: `[::1]:8787` -> `[::1]`, `localhost:8787` -> `localhost`."""
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def require_permission(principal: Principal, permission: Permission) -> None:

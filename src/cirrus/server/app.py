@@ -88,6 +88,10 @@ def build_api(platform: Platform) -> FastAPI:
         title="Cirrus",
         version="0.1.0",
         lifespan=lifespan,
+        # FastAPI's /docs and /redoc pages load their scripts from a CDN: a compromised package would then run
+        # on the console's origin, next to its admin sessions. The description itself stays at /openapi.json.
+        docs_url=None,
+        redoc_url=None,
         description="Serverless LLM inference: Workers AI and OpenAI-compatible APIs.",
     )
     api.state.platform = platform

@@ -32,7 +32,7 @@ from cirrus.errors import CirrusError, Forbidden, InternalError, NotReady, Unaut
 
 log = logging.getLogger(__name__)
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 SESSION_COOKIE = b"cirrus_session"
 CSRF_HEADER = b"x-cirrus-csrf"
 ADMIN_PREFIX = "/admin/"
@@ -101,6 +101,8 @@ class AuthMiddleware:
         secret = _token(scope)
         if secret is not None:
             principal = await authenticator.authenticate(secret)
+        elif _credentials_sent(scope):  # a malformed or empty Authorization / x-api-key: never the cookie's
+            principal = None
         else:
             principal = await self._session_principal(scope)
         if principal is None:
@@ -121,16 +123,22 @@ def _header(scope: Scope, wanted: bytes) -> str | None:
     return None
 
 
+def _credentials_sent(scope: Scope) -> bool:
+    return any(name in (b"authorization", b"x-api-key") for name, _ in scope.get("headers", []))
+
+
 def _cookie(scope: Scope, wanted: bytes) -> str | None:
-    """The named cookie's value, read from every Cookie header without parsing the others' values."""
+    """The named cookie's value, read from every Cookie header without parsing the others' values; the last
+    one sent wins, as in Starlette's `request.cookies`, so the console and the API read the same session."""
+    found = None
     for name, value in scope.get("headers", []):
         if name != b"cookie":
             continue
         for pair in value.split(b";"):
             key, _, cookie = pair.strip().partition(b"=")
             if key == wanted and cookie:
-                return str(cookie.decode("latin-1"))
-    return None
+                found = str(cookie.decode("latin-1"))
+    return found
 
 
 def _token(scope: Scope) -> str | None:

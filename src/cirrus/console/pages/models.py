@@ -2,6 +2,7 @@
 (prewarm) and unload models through the same code as `POST /admin/models/{model}/load` and `/unload`."""
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -11,7 +12,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from cirrus.api import admin
 from cirrus.api.context import platform_of
-from cirrus.auth import Permission
+from cirrus.auth import Permission, Principal
 from cirrus.console.pages.figures import FIGURES
 from cirrus.console.read_models.models import ModelsView, model_cards
 from cirrus.console.rendering import render
@@ -48,14 +49,19 @@ async def models_page(request: Request, principal: ConsolePrincipal) -> HTMLResp
     done = {
         k: request.query_params[k] for k in ("loaded", "unloaded") if request.query_params.get(k) in known
     }
-    return await _page(request, principal.can(Permission.ADMIN), done)
+    return await _page(request, principal, done)
 
 
 async def _page(
-    request: Request, admin_view: bool, notice: dict[str, Any], status_code: int = 200
+    request: Request, principal: Principal, notice: dict[str, Any], status_code: int = 200
 ) -> HTMLResponse:
+    """An admin sees every model and the node's internals (memory, instances, packed variants); anyone else the
+    models its token may use, with their prices and whether they are installed."""
     platform = platform_of(request)
     view = await models_view(platform)
+    admin_view = principal.can(Permission.ADMIN)
+    if not admin_view:
+        view = dataclasses.replace(view, cards=[c for c in view.cards if principal.may_use(c.spec.id)])
     context = {"view": view, "admin": admin_view, "cluster": platform.cluster is not None, "fmt": FIGURES}
     context.update(notice)
     return render(request, "models.html", context, status_code=status_code)
@@ -64,18 +70,22 @@ async def _page(
 @router.post(PAGE + "/{model:path}/load", dependencies=[Depends(require_csrf)])
 async def load(model: str, request: Request, principal: ConsolePrincipal) -> Response:
     require_permission(principal, Permission.ADMIN)
-    return await _act(request, model, "loaded", admin.load_model)
+    return await _act(request, principal, model, "loaded", admin.load_model)
 
 
 @router.post(PAGE + "/{model:path}/unload", dependencies=[Depends(require_csrf)])
 async def unload(model: str, request: Request, principal: ConsolePrincipal) -> Response:
     require_permission(principal, Permission.ADMIN)
-    return await _act(request, model, "unloaded", admin.unload_model)
+    return await _act(request, principal, model, "unloaded", admin.unload_model)
 
 
-async def _act(request: Request, model: str, done: str, action: AdminAction) -> Response:
+async def _act(
+    request: Request, principal: Principal, model: str, done: str, action: AdminAction
+) -> Response:
     try:
         await action(model, request)
     except CirrusError as error:
-        return await _page(request, True, {"error": f"{model}: {error.message}"}, status_code=error.status)
+        return await _page(
+            request, principal, {"error": f"{model}: {error.message}"}, status_code=error.status
+        )
     return RedirectResponse(f"{PAGE}?{urlencode({done: model})}", status_code=303)

@@ -39,6 +39,8 @@ async def sign_in(request: Request) -> Response:
     session = None if cross_origin(request) or not secret else await access.sign_in(secret)
     if session is None:
         return render(request, "signin.html", {"error": WRONG_TOKEN}, status_code=401)
+    if previous := request.cookies.get(COOKIE):  # not left valid behind the new one
+        await access.sign_out(previous)
     response = see_other(HOME)
     response.set_cookie(
         COOKIE,

@@ -32,12 +32,11 @@ class UsageFilters:
     @classmethod
     def parse(cls, account_id: str, params: Mapping[str, str], now: float) -> "UsageFilters":
         until = params.get("until") or utc_day(now)
+        _check_day("until", until)
         since = (
             params.get("since") or (date.fromisoformat(until) - timedelta(days=DEFAULT_DAYS - 1)).isoformat()
         )
-        for name, value in (("since", since), ("until", until)):
-            if not is_day(value):
-                raise FilterError(f"'{name}' must be a date as YYYY-MM-DD, not {value!r}")
+        _check_day("since", since)
         if since > until:
             raise FilterError("'since' must not be after 'until'")
         if (date.fromisoformat(until) - date.fromisoformat(since)).days >= MAX_DAYS:
@@ -165,3 +164,8 @@ class UsageReader:
             )
             for t in limited
         ]
+
+
+def _check_day(name: str, value: str) -> None:
+    if not is_day(value):
+        raise FilterError(f"'{name}' must be a date as YYYY-MM-DD, not {value!r}")
