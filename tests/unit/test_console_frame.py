@@ -189,6 +189,8 @@ async def test_an_open_node_answers_only_under_a_loopback_host(node: Node) -> No
     rebound = await node.client.get("/console/keys", headers={"Host": "attacker.example:8787"})
     assert rebound.status_code == 403 and "loopback" in rebound.text
     assert csrf_of(rebound) == ""  # the open node's CSRF token is not handed out
+    api = await node.client.get("/v1/models", headers={"Host": "attacker.example:8787"})
+    assert api.status_code == 403 and "loopback" in api.json()["error"]["message"]
 
 
 async def test_a_malformed_credential_header_never_falls_back_to_the_session(node: Node) -> None:

@@ -5,7 +5,7 @@ import pytest
 from cirrus.auth.store import IdentityStore
 from cirrus.db import Database
 from cirrus.gateway.components import NodeAuthenticator
-from cirrus.gateway.open_mode import is_loopback, open_mode_refusal
+from cirrus.gateway.open_mode import is_loopback, is_loopback_host, open_mode_refusal
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost"])
@@ -60,3 +60,19 @@ async def test_a_token_this_gateway_revoked_is_refused_at_once_despite_the_cache
     assert await node.authenticate(secret) is not None
     node.forget_tokens()
     assert await node.authenticate(secret) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1:8787", True),
+        ("localhost", True),
+        ("[::1]:8787", True),
+        ("127.3.2.1", True),
+        ("attacker.example:8787", False),
+        ("10.0.0.5:8787", False),
+        ("", False),
+    ],
+)
+def test_a_host_header_names_loopback_or_not(host: str, loopback: bool) -> None:
+    assert is_loopback_host(host) is loopback

@@ -13,7 +13,7 @@ from cirrus.auth import Permission, Principal
 from cirrus.console.access import ConsoleAccess, ConsoleUser, csrf_matches
 from cirrus.console.forms import form_fields
 from cirrus.console.session_store import ConsoleSession
-from cirrus.gateway.open_mode import is_loopback
+from cirrus.gateway.open_mode import is_loopback_host
 
 __all__ = [
     "COOKIE",
@@ -62,7 +62,7 @@ async def console_user(request: Request) -> ConsoleUser:
         user = await console_access(request).user(request.cookies.get(COOKIE))
         if user is None:
             raise SignInRequired()
-        if user.open_node and not is_loopback(host_name(request.headers.get("host", ""))):
+        if user.open_node and not is_loopback_host(request.headers.get("host", "")):
             raise ConsoleForbidden(OPEN_NODE_HOST)
         request.state.console_user = user
     return user
@@ -77,13 +77,6 @@ async def require_csrf(request: Request) -> None:
     given = request.headers.get(CSRF_HEADER) or (await form_fields(request)).get(CSRF_FIELD)
     if not given or not csrf_matches(user.csrf, given):
         raise ConsoleForbidden("This request lacks the console's CSRF token; reload the page and try again.")
-
-
-def host_name(host: str) -> str:
-    """`Host` without its port: `[::1]:8787` -> `[::1]`, `localhost:8787` -> `localhost`."""
-    if host.startswith("["):
-        return host.split("]", 1)[0] + "]"
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def require_permission(principal: Principal, permission: Permission) -> None:

@@ -18,6 +18,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def is_loopback_host(host_header: str) -> bool:
+    """Whether an HTTP `Host` header names a loopback address: `[::1]:8787`, `localhost:8787`, `127.0.0.1`. An
+    open node answers only under such a name, so a page elsewhere that rebinds its own domain to 127.0.0.1 (and
+    so sends that domain as Host) gets nothing from it."""
+    if host_header.startswith("["):
+        host = host_header.split("]", 1)[0] + "]"
+    else:
+        host = host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+    return is_loopback(host)
+
+
 def open_mode_refusal(host: str, has_tokens: bool, allow_open: bool) -> str | None:
     """Why the node must not start, or None."""
     if has_tokens or allow_open or is_loopback(host):

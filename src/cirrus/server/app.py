@@ -67,7 +67,13 @@ def build_middleware_stack(app: ASGIApp, platform: Platform) -> ASGIApp:
     settings = platform.settings
     upload_limit = settings.finetune_max_asset_bytes + finetunes.FORM_OVERHEAD_BYTES
     app = BodyLimitMiddleware(app, settings.max_body_bytes, {finetunes.ASSET_UPLOAD_PATH: upload_limit})
-    app = AuthMiddleware(app, platform, platform.settings.metrics_token_required, sessions)
+    app = AuthMiddleware(
+        app,
+        platform,
+        settings.metrics_token_required,
+        sessions,
+        open_only_on_loopback=not settings.allow_open,
+    )
     app = AccessLogMiddleware(app, platform.metrics)
     return RequestIdMiddleware(ConsoleHeadersMiddleware(app))
 

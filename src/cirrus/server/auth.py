@@ -12,6 +12,10 @@ would through the same pipeline (metering, limits, guardrails), but only without
 only with the session's CSRF token in `X-Cirrus-CSRF`: a cookie alone, which a browser attaches to a request any
 page forges, is never enough (a good session without that header is 403). A bearer token always wins over a cookie.
 
+An open node (no tokens, on loopback) answers only requests whose `Host` is a loopback name: a web page the
+user visits could otherwise rebind its own domain to 127.0.0.1 and use the node, and its console, as an admin.
+`--allow-open` (a node meant to be reached openly by other names) lifts that.
+
 While the token database is unavailable, tokens this gateway checked recently keep working (gateway/components.py
 and auth/cache.py say how long); any other request is refused with 503 / 3057 and `Retry-After`, in the caller's
 protocol. This middleware sits outside the app's error handlers, so it renders every failure itself: an
@@ -29,10 +33,15 @@ from cirrus.api.protocol import protocol_for
 from cirrus.auth import OPEN_PRINCIPAL, Permission, Principal
 from cirrus.console.headers import is_console_path
 from cirrus.errors import CirrusError, Forbidden, InternalError, NotReady, Unauthorized
+from cirrus.gateway.open_mode import is_loopback_host
 
 log = logging.getLogger(__name__)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
+OPEN_NODE_HOST = (
+    "This node runs open (no tokens), so it answers only under a loopback name such as 127.0.0.1; create a token "
+    "(`cirrus tokens create`) to call it by any other name."
+)
 SESSION_COOKIE = b"cirrus_session"
 CSRF_HEADER = b"x-cirrus-csrf"
 ADMIN_PREFIX = "/admin/"
@@ -63,11 +72,13 @@ class AuthMiddleware:
         source: AuthSource,
         metrics_need_token: bool,
         sessions: ConsoleSessions | None = None,
+        open_only_on_loopback: bool = False,
     ) -> None:
         self.app = app
         self.source = source
         self.metrics_need_token = metrics_need_token
         self.sessions = sessions
+        self.open_only_on_loopback = open_only_on_loopback
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._is_public(scope["path"]):
@@ -97,6 +108,8 @@ class AuthMiddleware:
         if authenticator is None:  # the gateway's store is not open yet (or failed to open): fail closed
             raise NotReady("the gateway is not ready yet", retry_after_s=1)
         if not await authenticator.requires_token():
+            if self.open_only_on_loopback and not is_loopback_host(_header(scope, b"host") or ""):
+                raise Forbidden(OPEN_NODE_HOST)
             return OPEN_PRINCIPAL
         secret = _token(scope)
         if secret is not None:
