@@ -34,10 +34,15 @@ async def list_instances(request: Request) -> dict[str, Any]:
 
 @router.get("/nodes", summary="List the nodes that serve models")
 async def list_nodes(request: Request) -> dict[str, Any]:
-    platform = platform_of(request)
+    return envelope({"nodes": node_summaries(platform_of(request))})
+
+
+def node_summaries(platform: Platform) -> list[dict[str, Any]]:
+    """Each node's memory, cached models, instances and spare workers: the cluster's nodes as they last
+    reported, or this one."""
     if platform.cluster is not None:
-        return envelope({"nodes": platform.cluster.node_summaries()})
-    return envelope({"nodes": [_local_node(platform)]})
+        return platform.cluster.node_summaries()
+    return [_local_node(platform)]
 
 
 @router.post("/models/{model:path}/load", summary="Load (prewarm) a model")

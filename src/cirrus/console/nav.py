@@ -19,6 +19,7 @@ PAGES = (
     NavItem("Usage", "/console/usage", Permission.READ_USAGE),
     NavItem("Logs", "/console/logs", Permission.READ_USAGE),
     NavItem("Keys", "/console/keys", Permission.ADMIN),
+    NavItem("Nodes", "/console/nodes", Permission.ADMIN),
 )
 
 

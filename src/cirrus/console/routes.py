@@ -1,6 +1,5 @@
 """The console's routes, its static assets and error pages, installed on the API app by `install`."""
 
-import importlib
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
@@ -9,7 +8,7 @@ from fastapi.staticfiles import StaticFiles
 
 from cirrus.auth.store import IdentityStore
 from cirrus.console.access import Authenticator, ConsoleAccess
-from cirrus.console.pages import overview, playground, signin
+from cirrus.console.pages import keys, logs, models, nodes, overview, playground, signin, usage
 from cirrus.console.read_models.overview import OverviewReader
 from cirrus.console.rendering import render
 from cirrus.console.session import ConsoleForbidden, SignInRequired
@@ -18,20 +17,10 @@ from cirrus.platform import Platform
 
 STATIC = Path(__file__).parent / "static"
 API_PREFIX = "/console/api/"
-# Pages written alongside this frame; until one exists the others still serve.
-LATER_PAGES = ("usage", "keys", "logs", "models")
 
 router = APIRouter(include_in_schema=False)
-for page in (signin, overview, playground):
+for page in (signin, overview, playground, models, usage, logs, keys, nodes):
     router.include_router(page.router)
-for name in LATER_PAGES:
-    try:
-        module = importlib.import_module(f"cirrus.console.pages.{name}")
-    except ModuleNotFoundError as error:
-        if error.name != f"cirrus.console.pages.{name}":
-            raise
-        continue
-    router.include_router(module.router)
 
 
 class PlatformSource:
