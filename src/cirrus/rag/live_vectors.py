@@ -6,6 +6,10 @@ Stacking 100k vectors into one matrix again costs about a second here (fresh mem
 a change does not: the stacked `base` stays, its rows of changed or deleted items masked out, and the changed
 items are stacked apart (`delta`). The base is stacked anew once the delta and the masked rows together pass a
 fifth of it.
+
+Exact search reads every row: on one thread about 18 ms at 100k rows of 384 dimensions, mostly memory traffic. So
+a base of IVF_MIN_ROWS rows or more gets an inverted-file index (ivf.py) when it is stacked, and a search scores
+only the rows of the lists nearest the query; a smaller base, and the delta always, are searched exactly.
 """
 
 from collections import OrderedDict
@@ -15,6 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from cirrus.rag.blas import one_blas_thread
+from cirrus.rag.ivf import InvertedLists
+
 FloatMatrix = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -22,6 +29,7 @@ Found = list[tuple[int, str, float]]  # (chunk id, item id, cosine)
 VECTOR_DTYPE = np.dtype("<f4")  # how a vector is stored: little-endian float32
 RESTACK_SHARE = 0.2
 RESTACK_MIN_ROWS = 2000
+IVF_MIN_ROWS = 50_000  # where exact search alone passes ~10 ms p99 on one thread (bench/RESULTS.md, issue 17)
 
 
 @dataclass(frozen=True)
@@ -39,9 +47,10 @@ def unit_rows(matrix: FloatMatrix) -> FloatMatrix:
 
 
 class _Block:
-    """Items' vectors stacked in one matrix: row r is a chunk of item `item_ids[owners[r]]`."""
+    """Items' vectors stacked in one matrix: row r is a chunk of item `item_ids[owners[r]]`. With `indexed`, a
+    matrix of IVF_MIN_ROWS rows or more gets inverted lists, and a search scores only the rows they offer."""
 
-    def __init__(self, items: Mapping[str, ItemVectors], dimension: int) -> None:
+    def __init__(self, items: Mapping[str, ItemVectors], dimension: int, indexed: bool = False) -> None:
         self.item_ids = list(items)
         self.keys = [vectors.key for vectors in items.values()]
         self.generations = [vectors.generation for vectors in items.values()]
@@ -53,22 +62,31 @@ class _Block:
             if items
             else np.zeros((0, dimension), np.float32)
         )
+        self.lists = InvertedLists.train(self.matrix) if indexed and len(self.ids) >= IVF_MIN_ROWS else None
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes + self.ids.nbytes + self.owners.nbytes)
+        lists = 0 if self.lists is None else self.lists.nbytes
+        return int(self.matrix.nbytes + self.ids.nbytes + self.owners.nbytes + lists)
 
     def top(self, query: FloatMatrix, k: int, items_allowed: Mask) -> Found:
-        """The `k` best rows of the allowed items, best first."""
+        """The `k` best rows of the allowed items, best first (approximately, where the block has lists)."""
         rows_allowed = items_allowed[self.owners]
-        k = min(k, int(rows_allowed.sum()))
+        allowed_count = int(rows_allowed.sum())
+        k = min(k, allowed_count)
         if k <= 0:
             return []
-        scores = np.where(rows_allowed, self.matrix @ query, -np.inf)
+        if self.lists is None:
+            rows = np.arange(len(self.ids))
+            scores = np.where(rows_allowed, self.matrix @ query, -np.inf)
+        else:
+            rows = self.lists.candidates(query, k, rows_allowed, allowed_count)
+            scores = self.matrix[rows] @ query
         best = np.argpartition(-scores, k - 1)[:k]
         best = best[np.argsort(-scores[best], kind="stable")]
         return [
-            (int(self.ids[row]), self.item_ids[int(self.owners[row])], float(scores[row])) for row in best
+            (int(self.ids[row]), self.item_ids[int(self.owners[row])], float(score))
+            for row, score in zip(rows[best], scores[best], strict=True)
         ]
 
 
@@ -90,8 +108,9 @@ class InstanceVectors:
         self.items = dict(items)
         in_base = {} if base is None else dict(zip(base.item_ids, base.generations, strict=True))
         fresh = {item_id: v for item_id, v in self.items.items() if in_base.get(item_id) != v.generation}
+        one_blas_thread()
         if base is None or _worth_restacking(base, self.items, fresh):
-            base, fresh = _Block(self.items, dimension), {}
+            base, fresh = _Block(self.items, dimension, indexed=True), {}
         self._base = base
         self._base_current = np.array(
             [
