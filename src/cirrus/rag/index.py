@@ -16,18 +16,7 @@ from cirrus.errors import InvalidInput
 from cirrus.rag.model import ChunkText, Hit
 
 RRF_K = 60
-_STOPWORDS = """
-    a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing down during each few for from further had has have
-    having he her here hers herself him himself his how i if in into is it its itself just me more most
-    my myself no nor not of off on once only or other our ours ourselves out over own same she should so
-    some such than that the their theirs them themselves then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with would you your
-    yours yourself yourselves
-"""
-STOPWORDS = frozenset(_STOPWORDS.split())
 _UID = re.compile(r"[0-9a-f]{32}")
-_WORD = re.compile(r"\w+")
 
 
 class ChunkIndex(Protocol):
@@ -97,13 +86,3 @@ def dimension_mismatch(expected: int, got: int) -> InvalidInput:
     return InvalidInput(
         f"this instance's vectors have {expected} dimensions, these {got}: its embedding model cannot change"
     )
-
-
-def query_words(query: str) -> list[str]:
-    """The query's words, which both back-ends quote one by one: no character of the query is read as search
-    syntax (quotes, operators, column filters). English function words are left out unless the query has
-    nothing else: they match most chunks, which costs a ranking of nearly all of them and adds almost nothing
-    to it (PostgreSQL's English configuration drops them the same way)."""
-    words = list(dict.fromkeys(_WORD.findall(query.lower())))
-    content = [word for word in words if word not in STOPWORDS]
-    return content or words

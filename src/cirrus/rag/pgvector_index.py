@@ -2,7 +2,7 @@
 
 A table per instance (`rag_chunks_<uid>`): its `embedding vector(n)` takes the dimension of the instance's first
 vectors, with an HNSW index on cosine distance, and a stored `tsvector` with a GIN index for keywords
-(`ts_rank_cd`, normalised by document length). Each HNSW graph holds one instance's chunks, so a search needs no
+(BM25 computed in SQL: pg_keyword.py). Each HNSW graph holds one instance's chunks, so a search needs no
 filter to stay inside its instance, one instance's size never slows another's, and a drop is a DROP TABLE.
 
 Writes follow live_items.py (generations, one flip), in statements of WRITE_BATCH chunks: every statement must
@@ -20,8 +20,8 @@ import psycopg
 
 from cirrus.db.database import Database, Row
 from cirrus.errors import InvalidInput
-from cirrus.rag import live_items
-from cirrus.rag.index import checked_uid, checked_vectors, dimension_mismatch, query_words
+from cirrus.rag import live_items, pg_keyword
+from cirrus.rag.index import checked_uid, checked_vectors, dimension_mismatch
 from cirrus.rag.model import ChunkText, Hit
 
 WRITE_BATCH = 100
@@ -182,18 +182,14 @@ class PgvectorIndex:
     async def keyword(
         self, instance_uid: str, query: str, k: int, key_prefix: str | None = None
     ) -> list[Hit]:
-        words = query_words(query)
-        if not words or k <= 0 or await self._dimension(instance_uid) is None:
+        """BM25 over the question's rarest lexemes' matches (pg_keyword.py)."""
+        if k <= 0 or await self._dimension(instance_uid) is None:
             return []
-        prefix = "" if key_prefix is None else " AND starts_with(c.key, ?)"
-        rows = await self._rows(
-            "SELECT c.item_id, c.key, c.position, c.heading, c.text, ts_rank_cd(c.words, q, 1) AS score"
-            f" FROM to_tsquery('english', ?) q CROSS JOIN {_table(instance_uid)} c"
-            " JOIN rag_live l ON l.instance_uid = ? AND l.item_id = c.item_id AND l.generation = c.generation"
-            f" WHERE c.words @@ q{prefix} ORDER BY score DESC, c.item_id, c.position LIMIT ?",
-            (" | ".join(f"'{word}'" for word in words), instance_uid, *_optional(key_prefix), k),
-            instance_uid,
-        )
+
+        async def fetch(sql: str, params: Sequence[object]) -> list[Row]:
+            return await self._rows(sql, params, instance_uid)
+
+        rows = await pg_keyword.ranked_rows(fetch, _table(instance_uid), instance_uid, query, k, key_prefix)
         return [Hit(row[0], row[1], row[2], row[4], row[3], float(row[5])) for row in rows]
 
     async def _rows(self, sql: str, params: Sequence[object], instance_uid: str) -> list[Row]:
@@ -225,10 +221,6 @@ class PgvectorIndex:
             return None
         self._dimensions[instance_uid] = int(row[0])
         return int(row[0])
-
-
-def _optional(value: str | None) -> tuple[str, ...]:
-    return () if value is None else (value,)
 
 
 async def _create_extension(db: Database) -> None:

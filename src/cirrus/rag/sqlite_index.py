@@ -1,9 +1,9 @@
 """The embedded index, in the gateway's own SQLite file: nothing to run beside it.
 
-Vectors are float32 BLOBs (unit length, so cosine is a dot product), searched exactly with numpy over a matrix
-kept in memory per instance (live_vectors.py) and reloaded item by item when `rag_index_meta.version` moves.
-This Python's sqlite3 cannot load extensions, so sqlite-vec is not an option; exact search over 100k chunks of
-384 dimensions takes a few milliseconds (bench/rag_index.py). Keywords go through an FTS5 table per instance
+Vectors are float32 BLOBs (unit length, so cosine is a dot product), searched with numpy over a matrix kept in
+memory per instance (live_vectors.py) and reloaded item by item when `rag_index_meta.version` moves: exactly up
+to 50,000 chunks, through an IVF index beyond (ivf.py; bench/RESULTS.md has the measurements behind both). This
+Python's sqlite3 cannot load extensions, so sqlite-vec is not an option. Keywords go through an FTS5 table per instance
 (`bm25()`), so one account's documents never weigh in another's word statistics.
 
 Every write follows live_items.py: chunks under a new generation, one flip, then the old generation removed.
@@ -18,9 +18,10 @@ import numpy as np
 from cirrus.db.database import Database, Row
 from cirrus.errors import InvalidInput
 from cirrus.rag import live_items
-from cirrus.rag.index import checked_uid, checked_vectors, dimension_mismatch, query_words
+from cirrus.rag.index import checked_uid, checked_vectors, dimension_mismatch
 from cirrus.rag.live_vectors import VECTOR_DTYPE, InstanceVectors, ItemVectors, VectorCache, unit_rows
 from cirrus.rag.model import ChunkText, Hit
+from cirrus.rag.query_terms import keyword_terms, selective
 
 SCHEMA = (
     live_items.SCHEMA,
@@ -47,6 +48,7 @@ LOAD_ITEMS = 200  # item ids per query when reloading vectors
 SEARCH_TRIES = 3
 KEYWORD_DEPTH = 50  # matches ranked at first
 MAX_KEYWORD_DEPTH = 20_000  # past it, every match is ranked
+KEYWORD_BUDGET = 2_000  # matches the words that pick candidates may have together (query_terms.selective)
 _ALL = "1 = 1"
 
 
@@ -145,22 +147,44 @@ class SqliteIndex:
     async def keyword(
         self, instance_uid: str, query: str, k: int, key_prefix: str | None = None
     ) -> list[Hit]:
-        """FTS5 ranks the best `depth` matches alone (ranking every match of a common word and joining each to
-        its chunk is what costs), and one statement keeps those visible under the prefix; fewer than `k` kept
-        from a full `depth` asks again, deeper. One statement each time: one snapshot, so an item is seen as
-        one version."""
-        words = query_words(query)
+        """BM25 over every word, for the chunks that hold one of the rarest (query_terms.selective): ranking
+        every match of a common word is what costs. FTS5's bm25() weighs only the words of its MATCH, so two
+        rankings are merged: chunks with a rare and a common word, scored on all the words, and chunks with a
+        rare word, scored on the rare ones, which is their whole score where they hold no common word. A chunk
+        in both keeps its score on all the words, the better. Each ranking's best `depth` hold the merged
+        best `depth`. One statement keeps those visible under the prefix; fewer than `k` kept from a full
+        `depth` asks again, deeper. One statement each time: one snapshot, so an item is seen as one version."""
+        words = keyword_terms(query)
         if not words or k <= 0 or await self._dimension(instance_uid) is None:
             return []
-        match = " OR ".join(f'"{word}"' for word in words)
+        try:
+            frequencies = await self._frequencies(instance_uid, words)
+            chosen = selective(frequencies, KEYWORD_BUDGET)
+            if not chosen:
+                return []
+            common = [word for word in words if frequencies[word] > 0 and word not in chosen]
+            rare = _any_of(chosen)
+            matches = [rare] if not common else [f"({rare}) AND ({_any_of(common)})", rare]
+            return await self._best(instance_uid, matches, k, key_prefix)
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):  # dropped meanwhile
+                return []
+            raise
+
+    async def _frequencies(self, instance_uid: str, words: list[str]) -> dict[str, int]:
+        """Each word's count of matching chunks (stale ones included), counted up to just past the budget: all
+        that choosing needs, and it bounds the postings read. FTS5's bm25() weighs the chosen words itself."""
+        fts = _fts(instance_uid)
+        count = f"(SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT {KEYWORD_BUDGET + 1}))"
+        row = await self._db.fetch_one(
+            f"SELECT {', '.join([count] * len(words))}", [_any_of([word]) for word in words]
+        )
+        return dict(zip(words, (int(count) for count in row or ()), strict=True))
+
+    async def _best(self, instance_uid: str, matches: list[str], k: int, key_prefix: str | None) -> list[Hit]:
         depth = max(4 * k, KEYWORD_DEPTH)
         while True:
-            try:
-                ranked = await self._ranked(instance_uid, match, key_prefix, depth)
-            except sqlite3.OperationalError as error:
-                if "no such table" in str(error):  # dropped meanwhile
-                    return []
-                raise
+            ranked = await self._ranked(instance_uid, matches, key_prefix, depth)
             # bm25() is lower for better matches
             hits = [
                 Hit(row[0], row[1], row[2], row[4], row[3], -float(row[5]))
@@ -171,17 +195,23 @@ class SqliteIndex:
                 return hits[:k]
             depth = depth * 8 if depth * 8 <= MAX_KEYWORD_DEPTH else -1  # -1: no limit
 
-    async def _ranked(self, instance_uid: str, match: str, key_prefix: str | None, depth: int) -> list[Row]:
-        """The `depth` best matches, each with its chunk where visible under the prefix, else NULLs."""
+    async def _ranked(
+        self, instance_uid: str, matches: list[str], key_prefix: str | None, depth: int
+    ) -> list[Row]:
+        """The `depth` best matches of the merged rankings, each with its chunk where visible under the prefix,
+        else NULLs. bm25() is lower for better matches, so a chunk's best score is its least."""
         fts = _fts(instance_uid)
+        ranking = f"SELECT * FROM (SELECT rowid AS id, bm25({fts}) AS score FROM {fts} WHERE {fts} MATCH ?"
+        ranking += " ORDER BY score LIMIT ?)"
         prefix = "" if key_prefix is None else " AND substr(l.key, 1, ?) = ?"
         prefix_params = () if key_prefix is None else (len(key_prefix), key_prefix)
         return await self._db.fetch_all(
-            f"WITH f AS (SELECT rowid AS id, bm25({fts}) AS score FROM {fts} WHERE {fts} MATCH ?"
-            f" ORDER BY score LIMIT ?) SELECT c.item_id, l.key, c.position, c.heading, c.text, f.score FROM f"
+            f"WITH r AS ({' UNION ALL '.join([ranking] * len(matches))}),"
+            " f AS (SELECT id, min(score) AS score FROM r GROUP BY id ORDER BY score LIMIT ?)"
+            " SELECT c.item_id, l.key, c.position, c.heading, c.text, f.score FROM f"
             " LEFT JOIN rag_chunks c ON c.id = f.id LEFT JOIN rag_live l ON l.instance_uid = ?"
             f" AND l.item_id = c.item_id AND l.generation = c.generation{prefix} ORDER BY f.score",
-            (match, depth, instance_uid, *prefix_params),
+            (*[value for match in matches for value in (match, depth)], depth, instance_uid, *prefix_params),
         )
 
     async def _prepare(self, instance_uid: str, dimension: int) -> str:
@@ -293,6 +323,11 @@ class SqliteIndex:
         for row in rows:
             found.setdefault(row[0], []).append(row)
         return {item_id: _item_vectors(dimension, item_rows) for item_id, item_rows in found.items()}
+
+
+def _any_of(words: list[str]) -> str:
+    """An FTS5 expression matching any of the words, each quoted: no character of theirs is search syntax."""
+    return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
 
 
 def _item_vectors(dimension: int, rows: list[Row]) -> ItemVectors:
