@@ -37,7 +37,7 @@ def test_an_admin_signs_in_and_sees_the_live_overview(
     driver: WebDriver, console_server: ConsoleServer
 ) -> None:
     sign_in(driver, console_server, console_server.ids.admin)
-    assert nav_labels(driver) == ["Overview", "Playground", "Models", "Usage", "Logs", "Keys"]
+    assert nav_labels(driver) == ["Overview", "Playground", "Models", "Usage", "Logs", "Keys", "Nodes"]
     assert driver.find_element(By.ID, "instances").is_displayed()
     # The page polls its JSON every 2 s and says when it last did.
     WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "updated").text.startswith("Updated"))
@@ -55,6 +55,9 @@ def test_an_admin_signs_in_and_sees_the_live_overview(
     # Without a reload, the count grows and the model's instance appears.
     WebDriverWait(driver, WAIT_S).until(lambda d: int(requests.text.replace(",", "")) > before)
     WebDriverWait(driver, WAIT_S).until(lambda d: SMOLLM in d.find_element(By.ID, "instances").text)
+    # The answer's time to first token, from its usage record, is in the hour's percentiles.
+    p50 = driver.find_element(By.CSS_SELECTOR, '[data-field="ttft.p50_s"]')
+    WebDriverWait(driver, WAIT_S).until(lambda d: p50.text.endswith(("ms", " s")))
     screenshot(driver, "overview")
     assert page_errors(driver) == []
 

@@ -43,6 +43,7 @@ def test_a_request_is_listed_and_opens_its_record(driver: WebDriver, console_ser
     assert driver.find_element(By.ID, "record-request-id").text == request_id
     assert driver.find_element(By.CSS_SELECTOR, ".record-model").text == SMOLLM
     assert driver.find_element(By.CSS_SELECTOR, ".record-status").text == "200"
+    assert driver.find_element(By.CSS_SELECTOR, ".record-ttft").text.endswith(("ms", " s"))
     assert "Say hello" not in driver.page_source
     screenshot(driver, "log_record")
     assert real_errors(driver) == []

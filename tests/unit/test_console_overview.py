@@ -1,13 +1,13 @@
-"""The Overview's read models: the last hour's traffic in SQL over 10,000 usage records (both engines), TTFT
-percentiles from the histogram over a window, and instances grouped by model and state."""
+"""The Overview's read models: the last hour's traffic and TTFT percentiles in SQL over 10,000 usage records
+(both engines), and instances grouped by model and state."""
 
 import math
 
 import pytest
 
-from cirrus.console.read_models.latency import SNAPSHOT_EVERY_S, WINDOW_S, Buckets, TtftWindow, quantile
+from cirrus.console.read_models.latency import nearest_rank, ttft_last_hour
 from cirrus.console.read_models.node_status import group_instances
-from cirrus.console.read_models.traffic import last_hour
+from cirrus.console.read_models.traffic import WINDOW_S, last_hour
 from cirrus.db.database import Database
 from cirrus.metering.store import UsageStore
 from cirrus.pool.instance import InstanceStatus
@@ -61,26 +61,57 @@ async def test_no_traffic_is_zero_not_an_error(database: Database) -> None:
     assert (traffic.requests, traffic.errors, traffic.error_rate) == (0, 0, 0.0)
 
 
-def test_a_quantile_is_interpolated_within_its_bucket() -> None:
-    buckets = {0.1: 50.0, 0.5: 90.0, 1.0: 100.0, math.inf: 100.0}
-    assert quantile(0.5, buckets) == pytest.approx(0.1)
-    assert quantile(0.7, buckets) == pytest.approx(0.1 + 0.4 * 0.5)
-    assert quantile(0.99, buckets) == pytest.approx(0.5 + 0.5 * 0.9)
-    assert quantile(0.5, {0.1: 0.0, math.inf: 0.0}) is None
-    assert quantile(0.99, {0.1: 0.0, math.inf: 10.0}) == pytest.approx(0.1)  # beyond the last finite bound
+async def test_ttft_percentiles_of_the_last_hour_come_from_ten_thousand_usage_records(
+    database: Database,
+) -> None:
+    store = UsageStore(database)
+    await store.migrate()
+    records = []
+    for i in range(RECORDS):
+        inside = i % 5 != 0  # a fifth are older than the hour
+        records.append(
+            usage_record(
+                account_id="alpha" if i % 3 else "beta",
+                started_at=NOW - (1.0 + i % 3500 if inside else WINDOW_S + 1 + i),
+                ttft_ms=None if i % 11 == 0 else float((i * 7919) % 4001) / 4,  # no first token: not counted
+            )
+        )
+    for start in range(0, RECORDS, 1000):
+        await store.write(records[start : start + 1000])
+
+    def expected(account: str | None) -> tuple[int, float, float]:
+        times = sorted(
+            r.ttft_ms / 1000
+            for r in records
+            if r.ttft_ms is not None and r.started_at >= NOW - WINDOW_S and account in (None, r.account_id)
+        )
+        return len(times), times[math.ceil(0.5 * len(times)) - 1], times[math.ceil(0.99 * len(times)) - 1]
+
+    for account in (None, "alpha", "beta"):
+        ttft = await ttft_last_hour(database, NOW, account)
+        assert (ttft.samples, ttft.p50_s, ttft.p99_s) == expected(account)
+        assert ttft.window_s == WINDOW_S
+    everyone = await ttft_last_hour(database, NOW, None)
+    assert everyone.samples == len([i for i in range(RECORDS) if i % 5 and i % 11])
 
 
-def test_the_ttft_window_forgets_what_is_older_than_an_hour() -> None:
-    histogram: Buckets = {}
-    window = TtftWindow(lambda: dict(histogram), NOW)
-    histogram.update({0.1: 0.0, 1.0: 100.0, math.inf: 100.0})  # 100 slow answers in the first minutes
-    first = window.percentiles(NOW + SNAPSHOT_EVERY_S)
-    assert first.samples == 100 and first.p50_s is not None and first.p50_s > 0.1
-    histogram.update({0.1: 100.0, 1.0: 200.0, math.inf: 200.0})  # then, an hour later, 100 fast ones
-    later = window.percentiles(NOW + SNAPSHOT_EVERY_S + WINDOW_S)
-    assert later.samples == 100
-    assert later.p99_s is not None and later.p99_s <= 0.1
-    assert later.window_s == pytest.approx(WINDOW_S)
+async def test_ttft_with_one_answer_or_none(database: Database) -> None:
+    store = UsageStore(database)
+    await store.migrate()
+    await store.write([usage_record(account_id="solo", started_at=NOW - 10, ttft_ms=None)])
+    nothing = await ttft_last_hour(database, NOW, "solo")
+    assert (nothing.samples, nothing.p50_s, nothing.p99_s) == (0, None, None)
+    await store.write([usage_record(account_id="solo", started_at=NOW - 5, ttft_ms=250.0)])
+    one = await ttft_last_hour(database, NOW, "solo")
+    assert (one.samples, one.p50_s, one.p99_s) == (1, 0.25, 0.25)
+
+
+@pytest.mark.parametrize(
+    ("percent", "samples", "rank"),
+    [(50, 1, 1), (99, 1, 1), (50, 2, 1), (50, 3, 2), (99, 100, 99), (99, 101, 100)],
+)
+def test_the_nearest_rank_is_counted_in_integers(percent: int, samples: int, rank: int) -> None:
+    assert nearest_rank(percent, samples) == rank
 
 
 def _status(model: str, state: str, memory: int, active: int) -> InstanceStatus:

@@ -425,6 +425,8 @@ class Pipeline:
         )
 
     def _record(self, call: Call, record: UsageRecord) -> None:
+        if call.ttft_s is not None:  # the first token of the answer (or of its replay from the cache) came
+            record = dataclasses.replace(record, ttft_ms=round(call.ttft_s * 1000, 3))
         self.parts.meter.record(record)
         call.release_reservation()  # in the same step: the meter's pending usage takes over from the estimate
         call.set_record(record)

@@ -28,6 +28,9 @@ class UsageRecord:
     stream: bool = False
     step: int = 0  # index in the fallback chain of the model that answered
     attempts: int = 1
+    # From the request's arrival to its first token, in milliseconds; None where no token came (embeddings,
+    # refusals, answers that ended before their first token). A cache hit has the time its replay took.
+    ttft_ms: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

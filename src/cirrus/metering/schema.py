@@ -41,6 +41,7 @@ EVENT_COLUMNS = (
     "stream",
     "step",
     "attempts",
+    "ttft_ms",
 )
 
 USAGE_EVENTS = """
@@ -66,8 +67,20 @@ CREATE TABLE IF NOT EXISTS usage_events (
     route TEXT NOT NULL,
     stream BIGINT NOT NULL,
     step BIGINT NOT NULL,
-    attempts BIGINT NOT NULL
+    attempts BIGINT NOT NULL,
+    ttft_ms DOUBLE PRECISION
 )"""
+
+# Columns added to `usage_events` after it was first created: a table made before them gets them by migration
+# (`UsageStore.migrate`). Each is nullable, so adding it rewrites no row on either engine.
+ADDED_EVENT_COLUMNS = (("ttft_ms", "DOUBLE PRECISION"),)
+COLUMN_EXISTS = {
+    "sqlite": "SELECT COUNT(*) FROM pragma_table_info('usage_events') WHERE name = ?",
+    "postgresql": (
+        "SELECT COUNT(*) FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND table_name = 'usage_events' AND column_name = ?"
+    ),
+}
 
 USAGE_DAILY = """
 CREATE TABLE IF NOT EXISTS usage_daily (
@@ -89,13 +102,23 @@ CREATE TABLE IF NOT EXISTS usage_daily (
 INDEXES = (
     "CREATE INDEX IF NOT EXISTS usage_daily_by_account_day ON usage_daily (account_id, day)",
     "CREATE INDEX IF NOT EXISTS usage_daily_by_token_day ON usage_daily (token_id, day)",
-    # Retention deletes by age (metering/retention.py). On a large existing PostgreSQL table, create it by hand
-    # first with CREATE INDEX CONCURRENTLY, or the first migration holds a lock while it builds.
-    "CREATE INDEX IF NOT EXISTS usage_events_by_started_at ON usage_events (started_at)",
-    # The console's request log: an account's latest records, and one request's records by its id. The same
-    # caveat holds: on a large PostgreSQL table, create them CONCURRENTLY by hand before upgrading.
-    "CREATE INDEX IF NOT EXISTS usage_events_by_account_started_at ON usage_events (account_id, started_at)",
-    "CREATE INDEX IF NOT EXISTS usage_events_by_request_id ON usage_events (request_id)",
+)
+
+# Made once the added columns exist (`UsageStore.migrate`), in place of the indexes made before ttft_ms, which
+# they cover (so they are dropped). Retention deletes by age (metering/retention.py); the console reads the last
+# hour (its traffic and TTFT), an account's latest records, and one request's records by its id. The two on start
+# times carry ttft_ms, so the TTFT percentiles read the index alone, never the rows. A request's records are found
+# by (request_id, account_id): with equality on both columns, SQLite never prefers the account's index for them.
+# On a large existing PostgreSQL table, create these by hand first with CREATE INDEX CONCURRENTLY, or the first
+# migration holds a lock while they build.
+EVENT_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS usage_events_by_started_at_ttft ON usage_events (started_at, ttft_ms)",
+    "CREATE INDEX IF NOT EXISTS usage_events_by_account_started_at_ttft "
+    "ON usage_events (account_id, started_at, ttft_ms)",
+    "CREATE INDEX IF NOT EXISTS usage_events_by_request_account ON usage_events (request_id, account_id)",
+    "DROP INDEX IF EXISTS usage_events_by_started_at",
+    "DROP INDEX IF EXISTS usage_events_by_account_started_at",
+    "DROP INDEX IF EXISTS usage_events_by_request_id",
 )
 
 _ADD_TO_DAY = ", ".join(f"{c} = usage_daily.{c} + excluded.{c}" for c in COUNTERS)
@@ -142,6 +165,12 @@ CREATE TABLE IF NOT EXISTS budget_alerts (
 def usage_schema(dialect: str) -> list[str]:
     trigger = [SQLITE_TRIGGER] if dialect == "sqlite" else list(POSTGRES_TRIGGER)
     return [USAGE_EVENTS, USAGE_DAILY, *INDEXES, *trigger]
+
+
+def add_event_column(dialect: str, column: str, kind: str) -> str:
+    """PostgreSQL's IF NOT EXISTS makes a concurrent migration harmless; SQLite has none (see the store)."""
+    guard = "IF NOT EXISTS " if dialect == "postgresql" else ""
+    return f"ALTER TABLE usage_events ADD COLUMN {guard}{column} {kind}"
 
 
 def alerts_schema() -> list[str]:

@@ -9,7 +9,15 @@ from typing import Any, Literal
 from cirrus.db.database import Database, Params
 from cirrus.metering.periods import month_bounds, utc_day
 from cirrus.metering.record import UsageRecord
-from cirrus.metering.schema import COUNTERS, EVENT_COLUMNS, usage_schema
+from cirrus.metering.schema import (
+    ADDED_EVENT_COLUMNS,
+    COLUMN_EXISTS,
+    COUNTERS,
+    EVENT_COLUMNS,
+    EVENT_INDEXES,
+    add_event_column,
+    usage_schema,
+)
 
 INSERT_EVENT = (
     f"INSERT INTO usage_events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join('?' for _ in EVENT_COLUMNS)}) "
@@ -63,8 +71,14 @@ class UsageDay:
 
 
 def event_id(record: UsageRecord) -> str:
-    """Derived from the whole record, so a record written twice is recognised (request ids come from callers)."""
-    canonical = json.dumps(record.as_dict(), sort_keys=True, separators=(",", ":"))
+    """Derived from the whole record, so a record written twice is recognised (request ids come from callers).
+    A field added since records were first stored is left out while it is None, so a record journaled before
+    the upgrade and replayed after it keeps its id."""
+    fields = record.as_dict()
+    for column, _ in ADDED_EVENT_COLUMNS:
+        if fields[column] is None:
+            del fields[column]
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
@@ -112,6 +126,25 @@ class UsageStore:
 
     async def migrate(self) -> None:
         await self._db.migrate(usage_schema(self._db.dialect))
+        for column, kind in ADDED_EVENT_COLUMNS:
+            await self._add_column(column, kind)
+        await self._db.migrate(EVENT_INDEXES)
+
+    async def _add_column(self, column: str, kind: str) -> None:
+        """Looked up first, so a table that has the column is not locked to add it (PostgreSQL's ALTER takes an
+        exclusive lock even when IF NOT EXISTS makes it do nothing). Two SQLite processes may both find it
+        missing: the loser's ALTER fails, and finding the column there then is success."""
+        if await self._has_column(column):
+            return
+        try:
+            await self._db.migrate([add_event_column(self._db.dialect, column, kind)])
+        except Exception:
+            if not await self._has_column(column):
+                raise
+
+    async def _has_column(self, column: str) -> bool:
+        row = await self._db.fetch_one(COLUMN_EXISTS[self._db.dialect], (column,))
+        return bool(row and row[0])
 
     async def write(self, records: Sequence[UsageRecord]) -> None:
         """One transaction; the daily totals follow by trigger, and records already stored are skipped. Records

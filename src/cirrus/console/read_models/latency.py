@@ -1,78 +1,74 @@
-"""TTFT p50 / p99 over the last hour.
+"""TTFT p50 / p99 over the last hour, from the usage records' `ttft_ms`, for one account or the whole node.
 
-The usage records carry no time to first token, so this reads the gateway's own TTFT histogram (Prometheus,
-cumulative since the process started) and subtracts a snapshot taken about an hour ago: what remains is the last
-hour's histogram, for this gateway process. Percentiles are interpolated within a bucket, as Prometheus's
-`histogram_quantile` does, so they are as fine as the buckets.
+Percentiles by nearest rank: of the hour's n first-token times, the one at rank ceil(q * n). PostgreSQL computes
+them with `percentile_disc`. SQLite has no percentile function, so each is one `ORDER BY ttft_ms LIMIT 1 OFFSET k`
+over the hour's rows, read from the nearer end of the order, so the sorter keeps at most half the rows (for the
+p99, the slowest 1%). Both engines read the rows from an index on (started_at, ttft_ms), or on (account_id,
+started_at, ttft_ms) for one account (metering/schema.py), so SQLite reads the index alone, never the rows.
 """
 
-import math
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
-from prometheus_client import CollectorRegistry
+from cirrus.console.read_models.traffic import WINDOW_S
+from cirrus.db.database import Database
 
-TTFT_METRIC = "cirrus_time_to_first_token_seconds"
-WINDOW_S = 3600.0
-SNAPSHOT_EVERY_S = 60.0
-
-Buckets = dict[float, float]  # upper bound (le) -> cumulative count
+P50, P99 = 50, 99
 
 
 @dataclass(frozen=True)
 class Percentiles:
     window_s: float
-    samples: int
+    samples: int  # the requests in the window whose first token came
     p50_s: float | None
     p99_s: float | None
 
-
-def ttft_buckets(registry: CollectorRegistry) -> Buckets:
-    """The TTFT histogram's cumulative buckets, summed over models."""
-    buckets: Buckets = {}
-    for metric in registry.collect():
-        if metric.name != TTFT_METRIC:
-            continue
-        for sample in metric.samples:
-            if sample.name.endswith("_bucket"):
-                bound = float(sample.labels["le"])
-                buckets[bound] = buckets.get(bound, 0.0) + sample.value
-    return buckets
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def quantile(q: float, buckets: Buckets) -> float | None:
-    bounds = sorted(buckets)
-    if not bounds or buckets[bounds[-1]] <= 0:
-        return None
-    rank = q * buckets[bounds[-1]]
-    lower_bound, lower_count = 0.0, 0.0
-    for bound in bounds:
-        count = buckets[bound]
-        if count >= rank:
-            if math.isinf(bound):  # beyond the last finite bucket: its bound is the best answer there is
-                return lower_bound
-            share = (rank - lower_count) / (count - lower_count) if count > lower_count else 1.0
-            return lower_bound + (bound - lower_bound) * share
-        lower_bound, lower_count = bound, count
-    return lower_bound
+def nearest_rank(percent: int, samples: int) -> int:
+    """ceil(percent / 100 * samples), in integers (0.99 * 100 is not exactly 99 in floating point)."""
+    return max(1, (percent * samples + 99) // 100)
 
 
-class TtftWindow:
-    """Snapshots of the cumulative histogram, at most one a minute, taken when the Overview asks; the first is
-    the empty histogram at start. The window runs from the newest snapshot at least an hour old (else the first)."""
+async def ttft_last_hour(db: Database, now: float, account_id: str | None) -> Percentiles:
+    """`account_id` None: every account's (an admin's view)."""
+    where, params = "started_at >= ? AND ttft_ms IS NOT NULL", list[object]([now - WINDOW_S])
+    if account_id is not None:
+        where, params = f"account_id = ? AND {where}", [account_id, *params]
+    if db.dialect == "postgresql":
+        return await _postgres_percentiles(db, where, params)
+    row = await db.fetch_one(f"SELECT COUNT(*) FROM usage_events WHERE {where}", params)
+    samples = int(row[0]) if row else 0
+    if samples == 0:
+        return Percentiles(WINDOW_S, 0, None, None)
+    p50 = await _at_rank(db, where, params, nearest_rank(P50, samples), samples)
+    p99 = await _at_rank(db, where, params, nearest_rank(P99, samples), samples)
+    return Percentiles(WINDOW_S, samples, p50, p99)
 
-    def __init__(self, read: Callable[[], Buckets], now: float) -> None:
-        self._read = read
-        self._snapshots: deque[tuple[float, Buckets]] = deque([(now, {})])
 
-    def percentiles(self, now: float) -> Percentiles:
-        current = self._read()
-        if now - self._snapshots[-1][0] >= SNAPSHOT_EVERY_S:
-            self._snapshots.append((now, current))
-        while len(self._snapshots) > 1 and self._snapshots[1][0] <= now - WINDOW_S:
-            self._snapshots.popleft()
-        since, baseline = self._snapshots[0]
-        window = {bound: count - baseline.get(bound, 0.0) for bound, count in current.items()}
-        samples = int(max(window.values(), default=0.0))
-        return Percentiles(now - since, samples, quantile(0.5, window), quantile(0.99, window))
+async def _postgres_percentiles(db: Database, where: str, params: list[object]) -> Percentiles:
+    """PostgreSQL has the nearest-rank percentile built in (`percentile_disc`): one scan and one sort for both."""
+    row = await db.fetch_one(
+        f"SELECT COUNT(*), percentile_disc({P50 / 100}) WITHIN GROUP (ORDER BY ttft_ms), "
+        f"percentile_disc({P99 / 100}) WITHIN GROUP (ORDER BY ttft_ms) FROM usage_events WHERE {where}",
+        params,
+    )
+    samples, p50, p99 = row or (0, None, None)
+    return Percentiles(WINDOW_S, int(samples), _seconds(p50), _seconds(p99))
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else float(ms) / 1000
+
+
+async def _at_rank(db: Database, where: str, params: list[object], rank: int, samples: int) -> float | None:
+    """The time at `rank` (1 = fastest), in seconds; None if the rows changed since they were counted so far
+    that the rank is gone."""
+    order, offset = ("ASC", rank - 1) if rank <= samples - rank + 1 else ("DESC", samples - rank)
+    row = await db.fetch_one(
+        f"SELECT ttft_ms FROM usage_events WHERE {where} ORDER BY ttft_ms {order} LIMIT 1 OFFSET ?",
+        [*params, offset],
+    )
+    return None if row is None else float(row[0]) / 1000
