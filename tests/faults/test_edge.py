@@ -201,7 +201,7 @@ def test_normal_requests_are_served_during_an_attack(server: Server) -> None:
 
 def upgrade_head(path: bytes = b"/v1/ws") -> bytes:
     return (
-        b"GET " + path + b" HTTP/1.1\r\nHost: cirrus\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
 

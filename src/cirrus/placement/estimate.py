@@ -22,6 +22,11 @@ class Defaults:
     # node a pull would go to may have measured a start of ~0 (a spare process was ready). At 0.1 s, a model
     # cached only on node b was pulled onto node a whenever b had not yet read its size (a loaded machine).
     pull_setup_s: float = 0.25
+    # A model whose size no node has read yet is costed as the default model's weights (SmolLM2, 98 MB), for a
+    # load from disk and a pull alike: unknown bytes still move. Costed as nothing, a pull's estimate was its
+    # setup alone, and a loaded machine's slow measured process start on the node holding the model (0.3 s and
+    # more in a clean clone's CI) made pulling it elsewhere look cheaper.
+    unknown_artifact_bytes: int = 98_000_000
     # Python plus `import llama_cpp`, 140-148 ms, when no spare process is ready (docs/design-notes.md).
     process_start_s: float = 0.15
     # A warm request's first token: 15.7-23.5 ms over HTTP (bench/RESULTS.md, "Cirrus warm (HTTP SSE): TTFT").
@@ -44,12 +49,16 @@ def cold_start_s(measures: NodeMeasures, request: PlacementRequest, defaults: De
         return measured
     process = measures.process_start_s if measures.process_start_s is not None else defaults.process_start_s
     bandwidth = measures.load_bytes_per_s or defaults.load_bytes_per_s
-    return process + request.artifact_bytes / bandwidth
+    return process + artifact_bytes(request, defaults) / bandwidth
 
 
 def pull_s(measures: NodeMeasures, request: PlacementRequest, defaults: Defaults) -> float:
     bandwidth = measures.pull_bytes_per_s or defaults.pull_bytes_per_s
-    return defaults.pull_setup_s + request.artifact_bytes / bandwidth
+    return defaults.pull_setup_s + artifact_bytes(request, defaults) / bandwidth
+
+
+def artifact_bytes(request: PlacementRequest, defaults: Defaults) -> int:
+    return request.artifact_bytes or defaults.unknown_artifact_bytes
 
 
 def service_s(measures: NodeMeasures, model: str, defaults: Defaults) -> float:

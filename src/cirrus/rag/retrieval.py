@@ -5,6 +5,8 @@ A match threshold applies to vector similarity only: BM25 scores have no fixed s
 (1/61 for the best) says nothing on its own about how well a chunk matches.
 """
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -50,21 +52,39 @@ class Scored:
 async def retrieve(
     index: ChunkIndex, instance_uid: str, retrieval: Retrieval, embed: EmbedQuery
 ) -> list[Scored]:
-    """The best `max_results` chunks for the query, best first."""
+    """The best `max_results` chunks for the query, best first. A hybrid search runs its keyword ranking while
+    the query is embedded and its vectors searched: the two share nothing until they are fused."""
     limit = retrieval.max_results
-    vectors: list[Hit] = []
-    words: list[Hit] = []
-    if retrieval.kind is not RetrievalType.KEYWORD:
-        vector = await embed(retrieval.query)
-        found = await index.nearest(instance_uid, vector, _depth(retrieval), retrieval.key_prefix)
-        vectors = [hit for hit in found if hit.score >= retrieval.threshold]
-    if retrieval.kind is not RetrievalType.VECTOR:
-        words = await index.keyword(instance_uid, retrieval.query, _depth(retrieval), retrieval.key_prefix)
+    words_task = (
+        asyncio.create_task(
+            index.keyword(instance_uid, retrieval.query, _depth(retrieval), retrieval.key_prefix)
+        )
+        if retrieval.kind is not RetrievalType.VECTOR
+        else None
+    )
+    try:
+        vectors = await _by_vector(index, instance_uid, retrieval, embed)
+        words = await words_task if words_task is not None else []
+    finally:
+        if words_task is not None and not words_task.done():  # the vector side failed: stop the other
+            words_task.cancel()
+            with contextlib.suppress(BaseException):
+                await words_task
     if retrieval.kind is RetrievalType.VECTOR:
         return [_scored(hit, hit.score, vectors, words) for hit in vectors[:limit]]
     if retrieval.kind is RetrievalType.KEYWORD:
         return [_scored(hit, hit.score, vectors, words) for hit in words[:limit]]
     return [_scored(hit, hit.score, vectors, words) for hit in fuse([vectors, words], limit, RRF_K)]
+
+
+async def _by_vector(
+    index: ChunkIndex, instance_uid: str, retrieval: Retrieval, embed: EmbedQuery
+) -> list[Hit]:
+    if retrieval.kind is RetrievalType.KEYWORD:
+        return []
+    vector = await embed(retrieval.query)
+    found = await index.nearest(instance_uid, vector, _depth(retrieval), retrieval.key_prefix)
+    return [hit for hit in found if hit.score >= retrieval.threshold]
 
 
 def _depth(retrieval: Retrieval) -> int:
