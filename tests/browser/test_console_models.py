@@ -35,7 +35,8 @@ def test_an_admin_loads_and_unloads_a_model(driver: WebDriver, console_server: C
     sign_in(driver, console_server, console_server.ids.admin)
     driver.get(f"{console_server.url}/console/models")
     driver.find_element(By.CSS_SELECTOR, f"{model_row(driver, GUARDED)} .load-button").click()
-    notice = WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "models-notice"))
+    WebDriverWait(driver, WAIT_S).until(lambda d: "loaded=" in d.current_url)  # the page after the POST
+    notice = driver.find_element(By.ID, "models-notice")
     assert notice.text == f"Loaded {GUARDED}."
     states = driver.find_elements(By.CSS_SELECTOR, f"{model_row(driver, GUARDED)} .instance-state")
     assert [s.text for s in states] == ["1 ready"]
@@ -46,7 +47,9 @@ def test_an_admin_loads_and_unloads_a_model(driver: WebDriver, console_server: C
     assert real_errors(driver) == []
 
     driver.find_element(By.CSS_SELECTOR, f"{model_row(driver, GUARDED)} .unload-button").click()
-    notice = WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "models-notice"))
+    # Not the notice alone: the page being left has one too ("Loaded ..."), found before the next page arrives.
+    WebDriverWait(driver, WAIT_S).until(lambda d: "unloaded=" in d.current_url)
+    notice = driver.find_element(By.ID, "models-notice")
     assert notice.text.startswith(f"Unloaded the idle instances of {GUARDED}")
     running = httpx.get(f"{console_server.url}/admin/instances", headers=admin, timeout=30).json()
     assert GUARDED not in [i["model"] for i in running["result"]["instances"]]
