@@ -6,7 +6,6 @@ true, an iterator over the streamed events (`{"response": "..."}`, then one with
 """
 
 import asyncio
-import json
 import queue
 import threading
 from collections.abc import AsyncIterator, Coroutine, Generator
@@ -27,7 +26,7 @@ from cirrus.errors import CirrusError, InvalidInput
 from cirrus.platform import Platform
 from cirrus.runtime.params import GenerationInput
 from cirrus.sdk_http import AiError as AiError  # re-exported: `from cirrus.sdk import AiError`
-from cirrus.sdk_http import json_body, remote_error
+from cirrus.sdk_http import json_body, remote_error, streamed_events
 from cirrus.sdk_search import AiSearch
 from cirrus.service import EmbeddingRequest, Generation, InferenceRequest
 
@@ -238,17 +237,7 @@ class RemoteAi(Ai):
         return result
 
     def _stream(self, path: str, inputs: dict[str, Any]) -> Stream:
-        with self._client.stream("POST", path, json=inputs) as response:
-            if response.status_code != 200:
-                response.read()
-                raise remote_error(json_body(response), response.status_code)
-            for line in response.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                event = json.loads(line[len("data: ") :])
-                if event.get("success") is False:
-                    raise remote_error(event, response.status_code)
-                yield event
+        return streamed_events(self._client, path, inputs)
 
     def autorag(self, name: str) -> AiSearch:
         return AiSearch(self._client, name)

@@ -6,14 +6,13 @@ call the server's AutoRAG routes (`/autorag/rags/{name}/search` and `.../ai-sear
 the token's scopes are the server's. A refusal raises AiError.
 """
 
-import json
 from collections.abc import Generator
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from cirrus.sdk_http import json_body, remote_error
+from cirrus.sdk_http import json_body, remote_error, streamed_events
 
 Result = dict[str, Any]
 
@@ -87,17 +86,7 @@ class AiSearch:
         """The search page first, then `{"response": "..."}` pieces, the last one with `usage`."""
         body = search_body(query, rewrite_query, max_num_results, score_threshold, folder)
         body |= _answer(model, system_prompt, max_tokens) | {"stream": True}
-        with self._client.stream("POST", f"{self._path}/ai-search", json=body) as response:
-            if response.status_code != 200:
-                response.read()
-                raise remote_error(json_body(response), response.status_code)
-            for line in response.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                event = json.loads(line[len("data: ") :])
-                if event.get("success") is False:
-                    raise remote_error(event, response.status_code)
-                yield event
+        return streamed_events(self._client, f"{self._path}/ai-search", body)
 
     def _post(self, path: str, body: Result) -> Result:
         response = self._client.post(path, json=body)
