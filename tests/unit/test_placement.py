@@ -155,9 +155,32 @@ def test_a_pull_onto_a_node_with_a_measured_instant_start_still_costs_more_than_
 
 
 def test_a_node_with_faster_measured_pulls_is_chosen() -> None:
-    fast = NodeMeasures(pull_bytes_per_s=1e9)
-    placer, _ = placer_with(node("a"), node("b", measures=fast))
+    slow, fast = NodeMeasures(pull_bytes_per_s=1e8), NodeMeasures(pull_bytes_per_s=1e9)
+    placer, _ = placer_with(node("a", measures=slow), node("b", measures=fast))
     assert placer.choose(REQUEST).node_id == "b"
+
+
+def test_a_node_that_measured_nothing_is_costed_as_the_fleet_measured_not_at_the_defaults() -> None:
+    """Node b holds the model and measured slow starts (a loaded machine: a second per process, a quarter of
+    the default load bandwidth); node a measured nothing. At the defaults, a pull onto a looked cheaper than
+    b's start from disk; like the fleet, a's start is as slow, and the pull adds to it."""
+    slow = NodeMeasures(process_start_s=1.0, load_bytes_per_s=0.25 * Defaults().load_bytes_per_s)
+    placer, _ = placer_with(node("a"), node("b", ready(OTHER), cached=(MODEL,), measures=slow))
+    request = PlacementRequest(MODEL, memory_bytes=GB, artifact_bytes=100_000_000)
+    [cached, pull] = placer.estimates(request)
+    assert (cached.node_id, cached.rule, pull.node_id, pull.rule) == ("b", "cached", "a", "pull")
+    assert pull.estimated_ttft_s - cached.estimated_ttft_s == pytest.approx(
+        Defaults().pull_setup_s + 100_000_000 / Defaults().pull_bytes_per_s
+    )
+
+
+def test_a_service_time_measured_on_one_node_stands_in_for_a_node_that_has_not_served_the_model() -> None:
+    quick = NodeMeasures(service_s={MODEL: 1.0})
+    placer, _ = placer_with(node("a", ready(), measures=quick), node("b", ready(busy=4)))
+    placer.update(node("a", measures=NodeMeasures()))  # a's instance stopped: its own report forgets it
+    placement = placer.estimates(REQUEST)[0]
+    assert (placement.node_id, placement.rule) == ("b", "busy")
+    assert placement.estimated_ttft_s == pytest.approx(0.25 + Defaults().first_token_s)
 
 
 def test_a_measured_cold_start_replaces_the_estimate_from_bandwidth() -> None:

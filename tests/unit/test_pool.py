@@ -52,6 +52,22 @@ async def test_concurrent_requests_queue_behind_one_cold_start() -> None:
     assert colds.count(True) == 1
 
 
+async def test_a_request_that_starts_an_instance_holds_its_slot_and_waits_in_no_queue() -> None:
+    """Counted in both, a node's report read one cold-starting request as two (one busy, one queued), and a
+    placer sent the next request to a pull elsewhere rather than wait behind a queue that was not there."""
+    pool, _, _ = make_pool(delay=0.05)
+    starter = asyncio.ensure_future(pool.acquire(SMALL, deadline()))
+    await asyncio.sleep(0.01)
+    queued = asyncio.ensure_future(pool.acquire(SMALL, deadline()))
+    await asyncio.sleep(0.01)
+    [starting] = pool.statuses()
+    assert starting.state == "starting" and starting.active_requests == 1
+    assert pool.waiting(SMALL.id) == 1  # the second request only
+    (await starter).release()
+    (await queued).release()
+    assert pool.waiting(SMALL.id) == 0
+
+
 async def test_requests_queued_behind_a_cold_start_get_its_free_slots_as_soon_as_it_is_ready() -> None:
     """Nothing else happens in the pool meanwhile (no release, no watchdog tick): the start itself must wake them."""
     pool, launcher, _ = make_pool(delay=0.05)

@@ -1,13 +1,14 @@
 """Time estimates a placement is ranked by: cold start, registry pull, and the wait in a busy instance's queue.
 
-Each estimate uses what the node measured and falls back to `Defaults` only until it has. The defaults are the
-figures measured on the development machines (bench/RESULTS.md, docs, DESIGN.md), cited per field.
+Each estimate uses what the node measured, else what other nodes of the fleet measured (measured.py), and falls
+back to `Defaults` only until some node has. The defaults are the figures measured on the development machines (bench/RESULTS.md, docs, DESIGN.md), cited per field.
 """
 
 import math
 from dataclasses import dataclass
 
-from cirrus.placement.view import NodeMeasures, PlacementRequest
+from cirrus.placement.measured import Measured
+from cirrus.placement.view import PlacementRequest
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,10 @@ class Defaults:
     affinity_keys: int = 100_000
 
 
-def cold_start_s(measures: NodeMeasures, request: PlacementRequest, defaults: Defaults) -> float:
+def cold_start_s(measures: Measured, request: PlacementRequest, defaults: Defaults) -> float:
     """From the artifact on local disk to a loaded instance: the node's last measured start of this model if any,
-    else a process start plus the weights at the node's (or the default) load bandwidth."""
-    measured = measures.cold_start_s.get(request.model)
+    else a process start plus the weights at the measured (or the default) load bandwidth."""
+    measured = measures.cold_start_s(request.model)
     if measured is not None:
         return measured
     process = measures.process_start_s if measures.process_start_s is not None else defaults.process_start_s
@@ -52,7 +53,7 @@ def cold_start_s(measures: NodeMeasures, request: PlacementRequest, defaults: De
     return process + artifact_bytes(request, defaults) / bandwidth
 
 
-def pull_s(measures: NodeMeasures, request: PlacementRequest, defaults: Defaults) -> float:
+def pull_s(measures: Measured, request: PlacementRequest, defaults: Defaults) -> float:
     bandwidth = measures.pull_bytes_per_s or defaults.pull_bytes_per_s
     return defaults.pull_setup_s + artifact_bytes(request, defaults) / bandwidth
 
@@ -61,8 +62,9 @@ def artifact_bytes(request: PlacementRequest, defaults: Defaults) -> int:
     return request.artifact_bytes or defaults.unknown_artifact_bytes
 
 
-def service_s(measures: NodeMeasures, model: str, defaults: Defaults) -> float:
-    return measures.service_s.get(model, defaults.service_s)
+def service_s(measures: Measured, model: str, defaults: Defaults) -> float:
+    measured = measures.service_s(model)
+    return measured if measured is not None else defaults.service_s
 
 
 def queue_wait_s(position: int, ready_slots: int, service: float) -> float:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from cirrus.placement.measured import FleetMeasures, Measured
 from cirrus.placement.reported import NOTHING, Reported, group, report
 from cirrus.placement.view import NodeView
 
@@ -52,9 +53,12 @@ class ModelLoad(NamedTuple):
 
 
 class NodeState:
-    def __init__(self, view: NodeView, now: float, previous: "NodeState | None" = None) -> None:
+    def __init__(
+        self, view: NodeView, now: float, fleet: FleetMeasures, previous: "NodeState | None" = None
+    ) -> None:
         """A fresh snapshot; the previous state's requests in flight and unshown pending starts carry over."""
         self.view = view
+        self.measures = Measured(view.measures, fleet)
         self.groups = group(view)
         self.reported = self._summarise(previous)
         self._snapshot_used = sum(seen.used_bytes for seen in self.reported.values())

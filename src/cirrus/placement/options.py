@@ -52,7 +52,7 @@ def cold_option(state: NodeState, request: PlacementRequest, defaults: Defaults)
     need = request.memory_bytes
     if need > state.capacity_for(request.model) or need > state.room_bytes:
         return None
-    measures = state.view.measures
+    measures = state.measures
     cached = request.model in state.view.cached
     estimate = cold_start_s(measures, request, defaults) + defaults.first_token_s
     if not cached:
@@ -65,7 +65,7 @@ def wait_s(
     state: NodeState, request: PlacementRequest, load: ModelLoad, now: float, defaults: Defaults
 ) -> float:
     """Until a slot frees up for the request: a busy ready slot ending, or a starting instance becoming ready."""
-    service = service_s(state.view.measures, request.model, defaults)
+    service = service_s(state.measures, request.model, defaults)
     position = load.on_ready - load.ready_slots + 1
     wait = queue_wait_s(position, load.ready_slots, service)
     if load.starting:
@@ -84,7 +84,7 @@ def starting_ready_at(
     ready_at = load.pending_ready_at
     if load.starting > load.pending:
         since = load.starting_since if load.starting_since is not None else now
-        measures = state.view.measures
+        measures = state.measures
         started = since + cold_start_s(measures, request, defaults)
         if request.model not in state.view.cached:
             started += pull_s(measures, request, defaults)
@@ -100,10 +100,11 @@ def warm_rank(state: NodeState, model: str, now: float, defaults: Defaults) -> t
     load = state.loads[model]
     if load.free_ready > 0:
         return (0, load.on_ready / max(1, load.ready_slots))
-    service = service_s(state.view.measures, model, defaults)
+    service = service_s(state.measures, model, defaults)
     wait = queue_wait_s(load.on_ready - load.ready_slots + 1, load.ready_slots, service)
     if load.starting:
         since = load.starting_since if load.starting_since is not None else now
-        measured = state.view.measures.cold_start_s.get(model, defaults.process_start_s)
+        measured = state.measures.cold_start_s(model)
+        measured = measured if measured is not None else defaults.process_start_s
         wait = min(wait, max(0.0, min(load.pending_ready_at, since + measured) - now))
     return (1, bucket(wait, defaults.tie_tolerance) if math.isfinite(wait) else math.inf)

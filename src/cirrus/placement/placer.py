@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Iterable
 
 from cirrus.placement.estimate import Defaults, bucket, cold_start_s, pull_s
 from cirrus.placement.indexes import FleetIndex
+from cirrus.placement.measured import FleetMeasures
 from cirrus.placement.node_state import NodeState, PendingStart
 from cirrus.placement.options import Option, evaluate
 from cirrus.placement.view import NodeView, Placement, PlacementRequest
@@ -33,6 +34,7 @@ class Placer:
         self._clock = clock
         self._defaults = defaults
         self._nodes: dict[str, NodeState] = {}
+        self._fleet = FleetMeasures()
         self._index = FleetIndex(self._nodes, defaults)
         self._sessions = AffinityTable(defaults.affinity_keys)  # key -> node id
 
@@ -42,7 +44,9 @@ class Placer:
         """A fresh snapshot replaces what was known of that node."""
         old = self._nodes.get(node.node_id)
         now = self._clock()
-        state = NodeState(node, now, old)
+        if old is None or old.view.measures is not node.measures:
+            self._fleet.learn(node.measures)
+        state = NodeState(node, now, self._fleet, old)
         self._nodes[node.node_id] = state
         self._index.node_updated(old, state, now)
 
@@ -151,7 +155,7 @@ class Placer:
         return self._memory_wait(state, request)
 
     def _memory_wait(self, state: NodeState, request: PlacementRequest) -> Option:
-        measures, defaults = state.view.measures, self._defaults
+        measures, defaults = state.measures, self._defaults
         cached = request.model in state.view.cached
         estimate = defaults.service_s + cold_start_s(measures, request, defaults) + defaults.first_token_s
         estimate += 0.0 if cached else pull_s(measures, request, defaults)

@@ -26,7 +26,8 @@ class InstanceView:
 
 @dataclass(frozen=True)
 class NodeMeasures:
-    """What a node measured; None (or a missing model) means "not yet", and the placer's defaults stand in."""
+    """What a node measured; None (or a missing model) means "not yet", and what other nodes measured stands in
+    (else the placer's defaults)."""
 
     load_bytes_per_s: float | None = None  # weights loaded from local disk per second (cold start)
     pull_bytes_per_s: float | None = None  # registry pull bandwidth

@@ -15,7 +15,7 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -309,7 +309,8 @@ class Pool:
                 return self._take(instance), False
             victims = self._victims_for(needed) if self._may_add_instance(spec) else None
             if victims is not None and not self._background.holds(spec.id):
-                return await self._cold_start(spec, needed, victims), True
+                with self._out_of_queue(spec.id):
+                    return await self._cold_start(spec, needed, victims), True
             if reject_if_busy:
                 raise CapacityExceeded(
                     f"{spec.id} is busy: no instance has a free slot and none can start now (rejectIfBusy)",
@@ -318,6 +319,16 @@ class Pool:
             self._preempt_for_waiting(spec.id)
             async with self._changed:
                 await self._changed.wait()
+
+    @contextlib.contextmanager
+    def _out_of_queue(self, model_id: str) -> Iterator[None]:
+        """A request that starts an instance holds that instance's slot (it counts among its active requests)
+        and waits in no queue meanwhile: counted in both, one request read as two to a placer summing them."""
+        self._waiting[model_id] -= 1
+        try:
+            yield
+        finally:
+            self._waiting[model_id] += 1
 
     def _preempt_for_waiting(self, model_id: str) -> None:
         if self.waiting(model_id) and self._background.preempt_for(model_id, self.waiting(model_id)):
