@@ -128,8 +128,11 @@ def embedded(model: MiniLM, chunks: Sequence[ChunkText]) -> list[list[float]]:
 
 
 def query_embedder(model: MiniLM) -> EmbedQuery:
+    """On a thread, as the server's embedding runs in a worker process: the event loop, and with it a hybrid
+    search's keyword side, runs meanwhile (llama.cpp's calls release the GIL)."""
+
     async def embed(text: str) -> list[float]:
-        return model.embed([text])[0]
+        return (await asyncio.to_thread(model.embed, [text]))[0]
 
     return embed
 

@@ -84,7 +84,8 @@ async def measure(label: str, db: Database, size: int, dimension: int, queries: 
         await index.nearest(uid, probes[0], K)
         first_ms = (time.perf_counter() - started) * 1000
         nearest = await latencies(lambda n: index.nearest(uid, probes[n], K), queries)
-        folder = await latencies(lambda n: index.nearest(uid, probes[n], K, key_prefix="folder3/"), queries)
+        in_folder = frozenset(f"item{item}" for item in range(size // CHUNKS_PER_ITEM) if item % FOLDERS == 3)
+        folder = await latencies(lambda n: index.nearest(uid, probes[n], K, items=in_folder), queries)
         keyword = await latencies(lambda n: index.keyword(uid, words[n], K), queries)
         await fill(index, uid, CHUNKS_PER_ITEM, dimension, rng)  # rewrites item0
         started = time.perf_counter()

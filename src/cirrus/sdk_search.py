@@ -1,7 +1,8 @@
 """`ai.autorag(name)`: an AI Search instance from the SDK, as the Workers binding's `env.AI.autorag(name)`.
 
 `search(query)` returns the chunks that match, `ai_search(query)` an answer generated from them, both in the
-binding's shape (OpenAI's vector-store search page: `search_query`, `data`, and `response` for ai_search). They
+binding's shape (OpenAI's vector-store search page: `search_query`, `data`, and `response` for ai_search), and
+take the binding's `filters` (`{"type": "eq", "key": "folder", "value": "docs/"}`, or an `and` / `or` of such). They
 call the server's AutoRAG routes (`/autorag/rags/{name}/search` and `.../ai-search`), so retrieval, metering and
 the token's scopes are the server's. A refusal raises AiError.
 """
@@ -22,7 +23,7 @@ def search_body(
     rewrite_query: bool,
     max_num_results: int | None,
     score_threshold: float | None,
-    folder: str | None,
+    filters: Result | None,
 ) -> Result:
     """AutoRAG's request body, with only what the caller set."""
     body: Result = {"query": query, "rewrite_query": rewrite_query}
@@ -30,8 +31,8 @@ def search_body(
         body["max_num_results"] = max_num_results
     if score_threshold is not None:
         body["ranking_options"] = {"score_threshold": score_threshold}
-    if folder is not None:
-        body["filters"] = {"type": "eq", "key": "folder", "value": folder}
+    if filters is not None:
+        body["filters"] = filters
     return body
 
 
@@ -49,10 +50,10 @@ class AiSearch:
         rewrite_query: bool = False,
         max_num_results: int | None = None,
         score_threshold: float | None = None,
-        folder: str | None = None,
+        filters: Result | None = None,
     ) -> Result:
         """`{"search_query", "data": [{"file_id", "filename", "score", "attributes", "content"}], ...}`."""
-        body = search_body(query, rewrite_query, max_num_results, score_threshold, folder)
+        body = search_body(query, rewrite_query, max_num_results, score_threshold, filters)
         return self._post(f"{self._path}/search", body)
 
     def ai_search(
@@ -65,10 +66,10 @@ class AiSearch:
         rewrite_query: bool = False,
         max_num_results: int | None = None,
         score_threshold: float | None = None,
-        folder: str | None = None,
+        filters: Result | None = None,
     ) -> Result:
         """The search page with the answer under `response`."""
-        body = search_body(query, rewrite_query, max_num_results, score_threshold, folder)
+        body = search_body(query, rewrite_query, max_num_results, score_threshold, filters)
         return self._post(f"{self._path}/ai-search", body | _answer(model, system_prompt, max_tokens))
 
     def ai_search_stream(
@@ -81,10 +82,10 @@ class AiSearch:
         rewrite_query: bool = False,
         max_num_results: int | None = None,
         score_threshold: float | None = None,
-        folder: str | None = None,
+        filters: Result | None = None,
     ) -> Generator[Result, None, None]:
         """The search page first, then `{"response": "..."}` pieces, the last one with `usage`."""
-        body = search_body(query, rewrite_query, max_num_results, score_threshold, folder)
+        body = search_body(query, rewrite_query, max_num_results, score_threshold, filters)
         body |= _answer(model, system_prompt, max_tokens) | {"stream": True}
         return streamed_events(self._client, f"{self._path}/ai-search", body)
 

@@ -7,8 +7,10 @@ or a token without the instance's models gets nothing."""
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import cloudflare
 import httpx
@@ -168,9 +170,55 @@ def test_bad_uploads_and_queries_are_refused_naming_the_problem(
         f"{INSTANCES}/{corpus}/search",
         json={"query": "bees", "ai_search_options": {"retrieval": {"filters": {"author": "me"}}}},
     )
-    assert bad_filter.status_code == 400 and "folder" in bad_filter.text
+    assert bad_filter.status_code == 400 and "filter by filename, folder, timestamp" in bad_filter.text
     taken = call(server, ids.run, "POST", INSTANCES, json={"id": corpus})
     assert taken.status_code == 400
+
+
+FOLDERED = ("readme.md", "team-a/bees.md", "team-a/deep/bees.md", "team-b/bees.md")
+
+
+def test_metadata_filters_choose_the_files_searched_in_both_syntaxes(
+    served: tuple[Identities, Server],
+) -> None:
+    """AI Search's filters (`folder` exact, a range for a folder and what is under it, `filename`, `timestamp`)
+    and AutoRAG's (an `or` of folders, through the SDK as the Workers binding passes them)."""
+    ids, server = served
+    assert call(server, ids.run, "POST", INSTANCES, json={"id": "foldered"}).status_code == 200
+    for number, key in enumerate(FOLDERED):
+        text = f"# Bees {number}\n\nBees dance to tell the hive where flowers are, says {key}.\n"
+        assert upload(server, ids.run, "foldered", key, text.encode())["status"] == "completed"
+
+    def found(filters: dict[str, Any]) -> set[str]:
+        chunks = search(
+            server,
+            ids.run,
+            "foldered",
+            "bees dance",
+            max_num_results=10,
+            retrieval_type="hybrid",
+            match_threshold=0.0,
+            filters=filters,
+        )
+        return {chunk["item"]["key"] for chunk in chunks}
+
+    assert found({"folder": "team-a/"}) == {"team-a/bees.md"}
+    assert found({"folder": {"$gte": "team-a/", "$lt": "team-a0"}}) == {
+        "team-a/bees.md",
+        "team-a/deep/bees.md",
+    }
+    assert found({"filename": {"$in": ["readme.md", "team-b/bees.md"]}}) == {"readme.md", "team-b/bees.md"}
+    assert found({"timestamp": {"$gte": int(time.time()) - 3600}}) == set(FOLDERED)
+    assert found({"timestamp": {"$gt": (int(time.time()) + 3600) * 1000}}) == set()  # milliseconds too
+    either = {
+        "type": "or",
+        "filters": [{"type": "eq", "key": "folder", "value": f} for f in ("team-a/", "team-b/")],
+    }
+    with Ai.remote(server.url, ids.run) as ai:
+        page = ai.autorag("foldered").search(
+            "bees dance", max_num_results=10, score_threshold=0.0, filters=either
+        )
+    assert {entry["filename"] for entry in page["data"]} == {"team-a/bees.md", "team-b/bees.md"}
 
 
 def test_the_cli_adds_a_folder_and_searches_it(served: tuple[Identities, Server], tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ whose retrieved sources the chat model's deny patterns refuse is refused naming 
 import asyncio
 import json
 import re
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from tests.integration.ai_search_calls import (
     write_ai_search_catalog,
 )
 from tests.integration.gateway import Identities, bearer, provision
-from tests.integration.server import Server, running_server
+from tests.integration.server import Server, running_server, wait_until
 from tests.rag_corpus import documents
 
 pytestmark = pytest.mark.integration
@@ -52,6 +53,7 @@ ANSWER = {"max_tokens": 40, "temperature": 0}
 class Guarded:
     ids: Identities
     server: Server
+    database: str
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, minilm_gguf: Path) -> Iter
             create_instance(server, ids.run, instance, ai_search_model=model)
             indexed = upload(server, ids.run, instance, SOURDOUGH.key, SOURDOUGH.data)
             assert indexed["status"] == "completed", indexed
-        yield Guarded(ids, server)
+        yield Guarded(ids, server, database)
 
 
 async def _deny_for_account(database: str, account_id: str, pattern: str) -> None:
@@ -128,6 +130,19 @@ def test_a_search_for_a_denied_question_is_refused_naming_the_field_sent(guarded
         error = refused.json()["errors"][0]
         assert error["code"] == 3054 and field in error["message"], error
         assert not re.search("secret|forbidden", error["message"], re.IGNORECASE), error
+    ids_sent = [refused.headers["x-request-id"] for refused, _ in cases]
+
+    def metered() -> list[tuple[str, int, int]]:
+        with sqlite3.connect(guarded.database) as db:
+            marks = ", ".join("?" * len(ids_sent))
+            return db.execute(
+                "SELECT request_id, status, error_code FROM usage_events"
+                f" WHERE request_id IN ({marks}) ORDER BY started_at",
+                ids_sent,
+            ).fetchall()
+
+    assert wait_until(lambda: len(metered()) == len(cases), 30.0), metered()  # the meter writes in batches
+    assert metered() == [(request_id, 400, 3054) for request_id in ids_sent]  # refused, as a plain call is
 
 
 def test_the_chat_models_output_filters_redact_an_answer_whole_and_streamed(guarded: Guarded) -> None:

@@ -126,11 +126,14 @@ async def _read_at_the_stop(database: str, account_id: str) -> AtTheStop:
         store = await RagStore.open(db)
         instance = await store.instance(account_id, INSTANCE)
         assert instance is not None
-        states = {item.key: item.state for item in await store.items(instance)}
+        listed = await store.items(instance)
+        states = {item.key: item.state for item in listed}
+        ids = {item.key: item.id for item in listed}
         unfinished = {}
         for logbook in LOGBOOKS:
             if states[logbook.key] is not ItemState.COMPLETED:
-                hits = await store.index.keyword(instance.uid, logbook.subject, 50, key_prefix=logbook.key)
+                only = frozenset({ids[logbook.key]})
+                hits = await store.index.keyword(instance.uid, logbook.subject, 50, items=only)
                 unfinished[logbook.key] = len(hits)
         return AtTheStop(states, unfinished)
     finally:
@@ -167,7 +170,7 @@ def test_after_the_restart_every_item_completes_once_with_the_chunks_of_a_clean_
             logbook.subject,
             retrieval_type="keyword",
             max_num_results=50,
-            filters={"folder": logbook.key},
+            filters={"filename": logbook.key},
         )
         positions = sorted(chunk["item"]["metadata"]["position"] for chunk in every_chunk)
         assert positions == list(range(clean["chunks_count"])), logbook.key  # each chunk once in the index

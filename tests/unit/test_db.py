@@ -4,8 +4,9 @@ error of the statement (stopped, frozen and restarted servers: tests/faults/test
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -315,4 +316,42 @@ async def test_a_sqlite_file_locked_by_another_process_is_unavailable(tmp_path: 
             await db.fetch_all("SELECT * FROM no_such_table")
     finally:
         holder.close()
+        await db.close()
+
+
+SLOW_SELECT = (  # a SELECT that counts to three million: long enough that every other statement ends first
+    "SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000)"
+    " SELECT x FROM c)"
+)
+
+
+async def test_a_slow_sqlite_read_holds_up_neither_writes_nor_other_reads(tmp_path: Path) -> None:
+    db = SqliteDatabase.open(str(tmp_path / "readers.db"))
+    try:
+        await db.migrate([ITEMS])
+        ended: list[str] = []
+
+        async def note(name: str, work: Awaitable[Any]) -> None:
+            await work
+            ended.append(name)
+
+        slow = asyncio.create_task(note("slow read", db.fetch_one(SLOW_SELECT)))
+        await asyncio.sleep(0.05)  # the slow read has a reader
+        await note("write", db.execute("INSERT INTO items (id, count) VALUES (?, ?)", ("a", 1)))
+        await note("read", db.fetch_one("SELECT count FROM items WHERE id = ?", ("a",)))
+        await slow
+        assert ended == ["write", "read", "slow read"]
+        assert await db.fetch_one("SELECT count FROM items WHERE id = ?", ("a",)) == (1,)  # read its write
+    finally:
+        await db.close()
+
+
+async def test_a_write_sent_as_a_sqlite_read_is_refused(tmp_path: Path) -> None:
+    db = SqliteDatabase.open(str(tmp_path / "routed.db"))
+    try:
+        await db.migrate([ITEMS])
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            await db.fetch_all("INSERT INTO items (id, count) VALUES ('w', 7)")
+        assert await db.fetch_one("SELECT count(*) FROM items") == (0,)
+    finally:
         await db.close()

@@ -121,26 +121,24 @@ async def test_no_query_text_is_read_as_search_syntax(index: ChunkIndex, query: 
     assert all(hit.item_id == "i-1" for hit in hits)
 
 
-async def test_a_key_prefix_keeps_one_folder(index: ChunkIndex) -> None:
+async def test_a_search_of_some_items_returns_only_theirs(index: ChunkIndex) -> None:
     uid = new_uid()
     await put(index, uid, "i-a", "team-a/notes.md", ["shared words here"], [axis(0)])
     await put(index, uid, "i-b", "team-b/notes.md", ["shared words there"], [axis(0)])
-    await put(index, uid, "i-pct", "100%_done/x.md", ["shared words too"], [axis(0)])
-    near = await index.nearest(uid, axis(0), k=5, key_prefix="team-b/")
-    words = await index.keyword(uid, "shared words", k=5, key_prefix="team-b/")
-    assert [h.item_id for h in near] == [h.item_id for h in words] == ["i-b"]
-    # no character of the prefix is a pattern
-    assert [h.item_id for h in await index.keyword(uid, "shared", 5, key_prefix="100%_")] == ["i-pct"]
-    assert await index.nearest(uid, axis(0), k=5, key_prefix="team-") != []
-    assert await index.nearest(uid, axis(0), k=5, key_prefix="team_") == []
+    await put(index, uid, "i-c", "team-c/notes.md", ["shared words too"], [axis(0)])
+    near = await index.nearest(uid, axis(0), k=5, items=frozenset({"i-b", "i-c"}))
+    words = await index.keyword(uid, "shared words", k=5, items=frozenset({"i-b", "i-c"}))
+    assert sorted(h.item_id for h in near) == sorted(h.item_id for h in words) == ["i-b", "i-c"]
+    assert await index.nearest(uid, axis(0), k=5, items=frozenset()) == []
+    assert await index.keyword(uid, "shared", k=5, items=frozenset({"i-gone"})) == []
 
 
-async def test_a_prefix_finds_its_folder_below_many_better_matches_elsewhere(index: ChunkIndex) -> None:
+async def test_a_few_items_are_found_below_many_better_matches_elsewhere(index: ChunkIndex) -> None:
     uid = new_uid()
     await put(index, uid, "i-a", "a/many.md", ["needle needle needle"] * 120, [axis(0)] * 120)
     await put(index, uid, "i-b", "b/one.md", ["a needle in a long haystack of other words"], [axis(1)])
-    words = await index.keyword(uid, "needle", k=3, key_prefix="b/")
-    near = await index.nearest(uid, axis(0), k=3, key_prefix="b/")
+    words = await index.keyword(uid, "needle", k=3, items=frozenset({"i-b"}))
+    near = await index.nearest(uid, axis(0), k=3, items=frozenset({"i-b"}))
     assert [h.item_id for h in words] == [h.item_id for h in near] == ["i-b"]
 
 
@@ -300,8 +298,8 @@ def test_vectors_kept_apart_after_changes_search_like_a_fresh_stack(
         current = current.updated(version, items)
         fresh = InstanceVectors(version, DIMENSION, items)
         query = unit_rows(rng.normal(size=(1, DIMENSION)).astype(np.float32))[0]
-        for prefix in (None, "b/"):
-            found, expected = current.search(query, 15, prefix), fresh.search(query, 15, prefix)
+        for folder in (None, frozenset(i for i, v in items.items() if v.key.startswith("b/"))):
+            found, expected = current.search(query, 15, folder), fresh.search(query, 15, folder)
             assert [f[:2] for f in found] == [e[:2] for e in expected]
             assert [f[2] for f in found] == pytest.approx([e[2] for e in expected], abs=1e-6)
 

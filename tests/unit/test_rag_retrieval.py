@@ -25,10 +25,10 @@ class FakeIndex:
         self.keyword_started = asyncio.Event()
         self.keyword_cancelled = False
 
-    async def nearest(self, uid: str, vector: list[float], k: int, key_prefix: str | None) -> list[Hit]:
+    async def nearest(self, uid: str, vector: list[float], k: int, items: frozenset[str] | None) -> list[Hit]:
         return self.by_vector[:k]
 
-    async def keyword(self, uid: str, query: str, k: int, key_prefix: str | None) -> list[Hit]:
+    async def keyword(self, uid: str, query: str, k: int, items: frozenset[str] | None) -> list[Hit]:
         self.keyword_started.set()
         try:
             if self.keyword_wait is not None:

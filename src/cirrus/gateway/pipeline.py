@@ -16,7 +16,7 @@ which lets the reservation go in the same step, so the meter's pending usage tak
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 
 from cirrus.auth import Permission
 from cirrus.cache import CachedAnswer, CachePolicy, replay
@@ -182,6 +182,16 @@ class Pipeline:
             call, usage_record(call, spec, usage, status, code, "BYPASS", False, 0.0, charged(call, cost))
         )
         self._consume(call, spec, usage)
+
+    async def check_input(self, call: Call, spec: ModelSpec, fields: Sequence[tuple[str, str]]) -> None:
+        """Named texts through the model's and account's input guard ahead of the call that will use them (AI
+        Search checks the client's question before it retrieves); a refusal is metered as a refused call's."""
+        guard = await self.parts.input_guard(call.principal, spec)
+        try:
+            guard.check_texts(fields)
+        except CirrusError as refused:
+            self._refused(call, spec, refused)
+            raise
 
     async def _guarded_texts(self, call: Call, spec: ModelSpec, inputs: EmbeddingInput) -> tuple[str, ...]:
         """Each text through the model's and account's input guard, as a prompt is; a refusal names the text as

@@ -16,6 +16,7 @@ from cirrus.errors import InvalidInput
 from cirrus.rag.model import ChunkText, Hit
 
 RRF_K = 60
+ItemScope = frozenset[str] | None  # the item ids a search may return; None: all
 _UID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -37,14 +38,13 @@ class ChunkIndex(Protocol):
     async def drop_instance(self, instance_uid: str) -> None: ...
 
     async def nearest(
-        self, instance_uid: str, vector: Sequence[float], k: int, key_prefix: str | None = None
+        self, instance_uid: str, vector: Sequence[float], k: int, items: ItemScope = None
     ) -> list[Hit]:
-        """The `k` chunks most similar to `vector`, best first, scored by cosine similarity."""
+        """The `k` chunks most similar to `vector`, best first, scored by cosine similarity; of `items` only,
+        when given (a metadata filter's choice)."""
         ...
 
-    async def keyword(
-        self, instance_uid: str, query: str, k: int, key_prefix: str | None = None
-    ) -> list[Hit]:
+    async def keyword(self, instance_uid: str, query: str, k: int, items: ItemScope = None) -> list[Hit]:
         """The `k` chunks that best match the query's words, best first (BM25 or the engine's like of it)."""
         ...
 

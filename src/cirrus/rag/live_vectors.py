@@ -52,7 +52,6 @@ class _Block:
 
     def __init__(self, items: Mapping[str, ItemVectors], dimension: int, indexed: bool = False) -> None:
         self.item_ids = list(items)
-        self.keys = [vectors.key for vectors in items.values()]
         self.generations = [vectors.generation for vectors in items.values()]
         counts = [len(vectors.ids) for vectors in items.values()]
         self.owners = np.repeat(np.arange(len(counts)), counts)
@@ -90,10 +89,10 @@ class _Block:
         ]
 
 
-def _under(keys: list[str], key_prefix: str | None) -> Mask:
-    if key_prefix is None:
-        return np.ones(len(keys), dtype=bool)
-    return np.array([key.startswith(key_prefix) for key in keys], dtype=bool)
+def _within(item_ids: list[str], items: frozenset[str] | None) -> Mask:
+    if items is None:
+        return np.ones(len(item_ids), dtype=bool)
+    return np.fromiter((item_id in items for item_id in item_ids), dtype=bool, count=len(item_ids))
 
 
 class InstanceVectors:
@@ -133,10 +132,11 @@ class InstanceVectors:
         found = self.items.get(item_id)
         return None if found is None else found.generation
 
-    def search(self, query: FloatMatrix, k: int, key_prefix: str | None) -> Found:
-        """(chunk id, item id, cosine) of the `k` best chunks, best first; `query` has unit length."""
-        base = self._base.top(query, k, self._base_current & _under(self._base.keys, key_prefix))
-        delta = self._delta.top(query, k, _under(self._delta.keys, key_prefix))
+    def search(self, query: FloatMatrix, k: int, items: frozenset[str] | None) -> Found:
+        """(chunk id, item id, cosine) of the `k` best chunks of `items` (None: all), best first; `query` has
+        unit length."""
+        base = self._base.top(query, k, self._base_current & _within(self._base.item_ids, items))
+        delta = self._delta.top(query, k, _within(self._delta.item_ids, items))
         return sorted(base + delta, key=lambda found: -found[2])[:k]
 
 

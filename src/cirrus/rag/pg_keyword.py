@@ -5,7 +5,7 @@ Two statements. The first turns the question into PostgreSQL's English lexemes (
 the stored `tsvector` has them) and finds each one's document frequency: sampled by ANALYZE for common lexemes,
 counted through the GIN index for the others; nothing is cached here, the statistics are the table's own. The
 second picks candidates by the rarest lexemes only (query_terms.selective: bounded, whatever the question),
-keeps those whose generation is their item's live one and under the key prefix, and scores them by BM25 over
+keeps those whose generation is their item's live one (and of a metadata filter's items), scores them by BM25 over
 every lexeme of the question: a lexeme's frequency in the chunk from its positions in the chunk's `tsvector`,
 a chunk's length as its count of distinct lexemes, the average length over the candidates. That second
 statement alone decides what is visible, in one snapshot: an item is seen whole, old chunks or new. The counts
@@ -45,7 +45,7 @@ _RANKED = """WITH candidates AS MATERIALIZED (
     SELECT c.ctid AS row_id, c.item_id, c.position, length(c.words) AS size,
         ts_filter(setweight(c.words, 'A', ?::text[]), '{{a}}') AS found
     FROM {table} c
-    WHERE c.words @@ ?::tsquery{prefix}
+    WHERE c.words @@ ?::tsquery{within}
         AND c.generation = (SELECT l.generation FROM rag_live l WHERE l.instance_uid = ? AND l.item_id = c.item_id)
     LIMIT ?
 ), best AS (
@@ -66,7 +66,7 @@ ORDER BY best.score DESC, c.item_id, c.position"""
 
 
 async def ranked_rows(
-    fetch: Fetch, table: str, instance_uid: str, query: str, k: int, key_prefix: str | None
+    fetch: Fetch, table: str, instance_uid: str, query: str, k: int, items: list[str] | None
 ) -> list[Row]:
     """The `k` best chunks as (item id, key, position, heading, text, BM25 score) rows, best first."""
     words = keyword_terms(query)
@@ -79,12 +79,12 @@ async def ranked_rows(
         return []
     documents = max([int(counted[0][2]), *frequencies.values()])
     terms = list(frequencies)
-    prefix = "" if key_prefix is None else " AND starts_with(c.key, ?)"
+    within = "" if items is None else " AND c.item_id = ANY(?::text[])"
     sql = _RANKED.format(
-        table=table, prefix=prefix, k1=_real(BM25_K1), k1_plus_1=_real(BM25_K1 + 1), b=_real(BM25_B)
+        table=table, within=within, k1=_real(BM25_K1), k1_plus_1=_real(BM25_K1 + 1), b=_real(BM25_B)
     )
     params: list[object] = [terms, _any_of(chosen)]
-    params += [] if key_prefix is None else [key_prefix]
+    params += [] if items is None else [items]
     params += [instance_uid, MAX_CANDIDATES, terms, idf_weights(terms, frequencies, documents), k]
     return await fetch(sql, params)
 

@@ -21,14 +21,14 @@ import psycopg
 from cirrus.db.database import Database, Row
 from cirrus.errors import InvalidInput
 from cirrus.rag import live_items, pg_keyword
-from cirrus.rag.index import checked_uid, checked_vectors, dimension_mismatch
+from cirrus.rag.index import ItemScope, checked_uid, checked_vectors, dimension_mismatch
 from cirrus.rag.model import ChunkText, Hit
 
 WRITE_BATCH = 100
 HNSW_MAX_DIMENSIONS = 2000  # pgvector indexes `vector` up to this; wider ones are searched exactly
 MAX_EF_SEARCH = 1000
 NEAREST_FUNCTION = """CREATE OR REPLACE FUNCTION rag_nearest(
-    chunks TEXT, instance TEXT, query vector, k INTEGER, key_prefix TEXT
+    chunks TEXT, instance TEXT, query vector, k INTEGER, items TEXT[]
 ) RETURNS TABLE (
     item_id TEXT, key TEXT, chunk_position INTEGER, heading TEXT, chunk_text TEXT, score DOUBLE PRECISION
 ) LANGUAGE plpgsql AS $$
@@ -40,12 +40,13 @@ BEGIN
         ' WHERE c.generation = (SELECT l.generation FROM rag_live l'
         ' WHERE l.instance_uid = $3 AND l.item_id = c.item_id)%s ORDER BY c.embedding <=> $1 LIMIT $2',
         chunks,
-        CASE WHEN key_prefix IS NULL THEN '' ELSE ' AND starts_with(c.key, $4)' END
-    ) USING query, k, instance, key_prefix;
+        CASE WHEN items IS NULL THEN '' ELSE ' AND c.item_id = ANY($4)' END
+    ) USING query, k, instance, items;
 END
 $$"""
 SCHEMA = (
     live_items.SCHEMA,
+    "DROP FUNCTION IF EXISTS rag_nearest(TEXT, TEXT, vector, INTEGER, TEXT)",  # by key prefix, before filters
     """CREATE TABLE IF NOT EXISTS rag_vector_tables (
         instance_uid TEXT PRIMARY KEY,
         dimension INTEGER NOT NULL
@@ -158,10 +159,10 @@ class PgvectorIndex:
         await self._db.migrate([f"DROP TABLE IF EXISTS {table}"])
 
     async def nearest(
-        self, instance_uid: str, vector: Sequence[float], k: int, key_prefix: str | None = None
+        self, instance_uid: str, vector: Sequence[float], k: int, items: ItemScope = None
     ) -> list[Hit]:
         dimension = await self._dimension(instance_uid)
-        if dimension is None or k <= 0:
+        if dimension is None or k <= 0 or items == frozenset():
             return []
         if len(vector) != dimension:
             raise InvalidInput(
@@ -171,25 +172,24 @@ class PgvectorIndex:
         if norm == 0 or not np.isfinite(norm):
             return []
         rows = await self._rows(
-            "SELECT item_id, key, chunk_position, heading, chunk_text, score FROM rag_nearest(?, ?, ?::vector, ?, ?)",
-            (_table(instance_uid), instance_uid, _vector_text(vector), min(k, MAX_EF_SEARCH), key_prefix),
+            "SELECT item_id, key, chunk_position, heading, chunk_text, score"
+            " FROM rag_nearest(?, ?, ?::vector, ?, ?::text[])",
+            (_table(instance_uid), instance_uid, _vector_text(vector), min(k, MAX_EF_SEARCH), _ids(items)),
             instance_uid,
         )
         # The iterative scan's relaxed order may leave neighbours slightly out of order.
         hits = [Hit(row[0], row[1], row[2], row[4], row[3], float(row[5])) for row in rows]
         return sorted(hits, key=lambda hit: -hit.score)
 
-    async def keyword(
-        self, instance_uid: str, query: str, k: int, key_prefix: str | None = None
-    ) -> list[Hit]:
+    async def keyword(self, instance_uid: str, query: str, k: int, items: ItemScope = None) -> list[Hit]:
         """BM25 over the question's rarest lexemes' matches (pg_keyword.py)."""
-        if k <= 0 or await self._dimension(instance_uid) is None:
+        if k <= 0 or items == frozenset() or await self._dimension(instance_uid) is None:
             return []
 
         async def fetch(sql: str, params: Sequence[object]) -> list[Row]:
             return await self._rows(sql, params, instance_uid)
 
-        rows = await pg_keyword.ranked_rows(fetch, _table(instance_uid), instance_uid, query, k, key_prefix)
+        rows = await pg_keyword.ranked_rows(fetch, _table(instance_uid), instance_uid, query, k, _ids(items))
         return [Hit(row[0], row[1], row[2], row[4], row[3], float(row[5])) for row in rows]
 
     async def _rows(self, sql: str, params: Sequence[object], instance_uid: str) -> list[Row]:
@@ -237,3 +237,8 @@ async def _create_extension(db: Database) -> None:
             "AI Search on PostgreSQL needs the pgvector extension in this database: have its owner or a"
             " superuser run CREATE EXTENSION vector"
         ) from error
+
+
+def _ids(items: ItemScope) -> list[str] | None:
+    """A metadata filter's items as a text array parameter (sorted: the same filter, the same statement)."""
+    return None if items is None else sorted(items)

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cirrus.rag.index import ChunkIndex, fuse
+from cirrus.rag.index import ChunkIndex, ItemScope, fuse
 from cirrus.rag.model import Hit
 
 EmbedQuery = Callable[[str], Awaitable[list[float]]]
@@ -30,7 +30,7 @@ class Retrieval:
     max_results: int
     kind: RetrievalType = RetrievalType.VECTOR
     threshold: float = 0.0  # the lowest cosine similarity a vector match may have
-    key_prefix: str | None = None  # only items whose key starts with it (a folder)
+    items: ItemScope = None  # only these items (a metadata filter's), else all
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,7 @@ async def retrieve(
     the query is embedded and its vectors searched: the two share nothing until they are fused."""
     limit = retrieval.max_results
     words_task = (
-        asyncio.create_task(
-            index.keyword(instance_uid, retrieval.query, _depth(retrieval), retrieval.key_prefix)
-        )
+        asyncio.create_task(index.keyword(instance_uid, retrieval.query, _depth(retrieval), retrieval.items))
         if retrieval.kind is not RetrievalType.VECTOR
         else None
     )
@@ -83,7 +81,7 @@ async def _by_vector(
     if retrieval.kind is RetrievalType.KEYWORD:
         return []
     vector = await embed(retrieval.query)
-    found = await index.nearest(instance_uid, vector, _depth(retrieval), retrieval.key_prefix)
+    found = await index.nearest(instance_uid, vector, _depth(retrieval), retrieval.items)
     return [hit for hit in found if hit.score >= retrieval.threshold]
 
 

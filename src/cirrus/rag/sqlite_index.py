@@ -10,6 +10,7 @@ Every write follows live_items.py: chunks under a new generation, one flip, then
 """
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Sequence
 
@@ -18,7 +19,7 @@ import numpy as np
 from cirrus.db.database import Database, Row
 from cirrus.errors import InvalidInput
 from cirrus.rag import live_items
-from cirrus.rag.index import checked_uid, checked_vectors, dimension_mismatch
+from cirrus.rag.index import ItemScope, checked_uid, checked_vectors, dimension_mismatch
 from cirrus.rag.live_vectors import VECTOR_DTYPE, InstanceVectors, ItemVectors, VectorCache, unit_rows
 from cirrus.rag.model import ChunkText, Hit
 from cirrus.rag.query_terms import keyword_terms, selective
@@ -122,7 +123,7 @@ class SqliteIndex:
         await self._db.execute("DELETE FROM rag_chunks WHERE instance_uid = ?", (instance_uid,))
 
     async def nearest(
-        self, instance_uid: str, vector: Sequence[float], k: int, key_prefix: str | None = None
+        self, instance_uid: str, vector: Sequence[float], k: int, items: ItemScope = None
     ) -> list[Hit]:
         """A write that removes chunks between the matrix search and the read of their text is met by
         searching again, on the newer version."""
@@ -134,7 +135,7 @@ class SqliteIndex:
             query = _unit_query(vector, vectors.dimension)
             if query is None:
                 return []
-            top = await asyncio.to_thread(vectors.search, query, k, key_prefix)
+            top = await asyncio.to_thread(vectors.search, query, k, items)
             texts = await self._texts([chunk_id for chunk_id, _, _ in top])
             if len(texts) == len(top) or last_try:
                 return [
@@ -144,18 +145,17 @@ class SqliteIndex:
                 ]
         raise AssertionError("unreachable")
 
-    async def keyword(
-        self, instance_uid: str, query: str, k: int, key_prefix: str | None = None
-    ) -> list[Hit]:
+    async def keyword(self, instance_uid: str, query: str, k: int, items: ItemScope = None) -> list[Hit]:
         """BM25 over every word, for the chunks that hold one of the rarest (query_terms.selective): ranking
         every match of a common word is what costs. FTS5's bm25() weighs only the words of its MATCH, so two
         rankings are merged: chunks with a rare and a common word, scored on all the words, and chunks with a
         rare word, scored on the rare ones, which is their whole score where they hold no common word. A chunk
         in both keeps its score on all the words, the better. Each ranking's best `depth` hold the merged
         best `depth`. One statement keeps those visible under the prefix; fewer than `k` kept from a full
-        `depth` asks again, deeper. One statement each time: one snapshot, so an item is seen as one version."""
+        `depth` asks again, deeper. One statement each time: one snapshot, so an item is seen as one version.
+        `items` (a metadata filter's) keeps those only."""
         words = keyword_terms(query)
-        if not words or k <= 0 or await self._dimension(instance_uid) is None:
+        if not words or k <= 0 or items == frozenset() or await self._dimension(instance_uid) is None:
             return []
         try:
             frequencies = await self._frequencies(instance_uid, words)
@@ -165,7 +165,7 @@ class SqliteIndex:
             common = [word for word in words if frequencies[word] > 0 and word not in chosen]
             rare = _any_of(chosen)
             matches = [rare] if not common else [f"({rare}) AND ({_any_of(common)})", rare]
-            return await self._best(instance_uid, matches, k, key_prefix)
+            return await self._best(instance_uid, matches, k, items)
         except sqlite3.OperationalError as error:
             if "no such table" in str(error):  # dropped meanwhile
                 return []
@@ -181,10 +181,10 @@ class SqliteIndex:
         )
         return dict(zip(words, (int(count) for count in row or ()), strict=True))
 
-    async def _best(self, instance_uid: str, matches: list[str], k: int, key_prefix: str | None) -> list[Hit]:
+    async def _best(self, instance_uid: str, matches: list[str], k: int, items: ItemScope) -> list[Hit]:
         depth = max(4 * k, KEYWORD_DEPTH)
         while True:
-            ranked = await self._ranked(instance_uid, matches, key_prefix, depth)
+            ranked = await self._ranked(instance_uid, matches, items, depth)
             # bm25() is lower for better matches
             hits = [
                 Hit(row[0], row[1], row[2], row[4], row[3], -float(row[5]))
@@ -195,23 +195,22 @@ class SqliteIndex:
                 return hits[:k]
             depth = depth * 8 if depth * 8 <= MAX_KEYWORD_DEPTH else -1  # -1: no limit
 
-    async def _ranked(
-        self, instance_uid: str, matches: list[str], key_prefix: str | None, depth: int
-    ) -> list[Row]:
-        """The `depth` best matches of the merged rankings, each with its chunk where visible under the prefix,
-        else NULLs. bm25() is lower for better matches, so a chunk's best score is its least."""
+    async def _ranked(self, instance_uid: str, matches: list[str], items: ItemScope, depth: int) -> list[Row]:
+        """The `depth` best matches of the merged rankings, each with its chunk where visible (and of `items`,
+        if given), else NULLs. bm25() is lower for better matches, so a chunk's best score is its least."""
         fts = _fts(instance_uid)
         ranking = f"SELECT * FROM (SELECT rowid AS id, bm25({fts}) AS score FROM {fts} WHERE {fts} MATCH ?"
         ranking += " ORDER BY score LIMIT ?)"
-        prefix = "" if key_prefix is None else " AND substr(l.key, 1, ?) = ?"
-        prefix_params = () if key_prefix is None else (len(key_prefix), key_prefix)
+        # A JSON array bound as one parameter: any number of ids, past SQLite's limit on parameters.
+        within = "" if items is None else " AND l.item_id IN (SELECT value FROM json_each(?))"
+        within_params = () if items is None else (json.dumps(sorted(items)),)
         return await self._db.fetch_all(
             f"WITH r AS ({' UNION ALL '.join([ranking] * len(matches))}),"
             " f AS (SELECT id, min(score) AS score FROM r GROUP BY id ORDER BY score LIMIT ?)"
             " SELECT c.item_id, l.key, c.position, c.heading, c.text, f.score FROM f"
             " LEFT JOIN rag_chunks c ON c.id = f.id LEFT JOIN rag_live l ON l.instance_uid = ?"
-            f" AND l.item_id = c.item_id AND l.generation = c.generation{prefix} ORDER BY f.score",
-            (*[value for match in matches for value in (match, depth)], depth, instance_uid, *prefix_params),
+            f" AND l.item_id = c.item_id AND l.generation = c.generation{within} ORDER BY f.score",
+            (*[value for match in matches for value in (match, depth)], depth, instance_uid, *within_params),
         )
 
     async def _prepare(self, instance_uid: str, dimension: int) -> str:

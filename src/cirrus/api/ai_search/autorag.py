@@ -10,7 +10,7 @@ text generation (`{"response": "..."}` events, the last with `usage`), then `[DO
 
 from collections.abc import AsyncIterator
 from posixpath import dirname
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,7 +24,7 @@ from cirrus.api.sse import sse_data
 from cirrus.api.workers_ai.run import workers_ai_events
 from cirrus.api.workers_ai.schemas import envelope
 from cirrus.chat import ChatRequest, ChatRun
-from cirrus.errors import InvalidInput
+from cirrus.rag.filters import ItemFilter, parse_legacy_filter
 from cirrus.rag.grounding import ANSWER_INSTRUCTIONS, grounded_messages
 from cirrus.rag.retrieval import Scored
 from cirrus.runtime.params import SamplingParams
@@ -41,16 +41,6 @@ class RankingOptions(BaseModel):
     score_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
-class FolderFilter(BaseModel):
-    """OpenAI's comparison filter, on the one attribute Cirrus filters by: `folder`, a key prefix."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["eq"]
-    key: str
-    value: str
-
-
 class AutoRagSearchBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -58,15 +48,16 @@ class AutoRagSearchBody(BaseModel):
     rewrite_query: bool = False
     max_num_results: int | None = Field(default=None, ge=1, le=50)
     ranking_options: RankingOptions = Field(default_factory=RankingOptions)
-    filters: FolderFilter | None = None
+    filters: dict[str, Any] | None = None  # AutoRAG's comparison or compound filter (rag/filters.py)
 
     def search_options(self) -> SearchOptions:
         retrieval = RetrievalOptions(
-            max_num_results=self.max_num_results,
-            match_threshold=self.ranking_options.score_threshold,
-            filters=_folder_filter(self.filters),
+            max_num_results=self.max_num_results, match_threshold=self.ranking_options.score_threshold
         )
         return SearchOptions(retrieval=retrieval, query_rewrite=QueryRewrite(enabled=self.rewrite_query))
+
+    def item_filter(self) -> ItemFilter | None:
+        return parse_legacy_filter(self.filters, "filters") if self.filters is not None else None
 
 
 class AutoRagAiSearchBody(AutoRagSearchBody):
@@ -78,7 +69,9 @@ class AutoRagAiSearchBody(AutoRagSearchBody):
 
 async def search(instance_id: str, body: AutoRagSearchBody, request: Request) -> Any:
     instance = await instance_of(request, instance_id)
-    query, found = await retrieved(request, instance, body.query, None, body.search_options())
+    query, found = await retrieved(
+        request, instance, body.query, None, body.search_options(), body.item_filter()
+    )
     return envelope(search_page(query, found))
 
 
@@ -86,7 +79,9 @@ async def ai_search(instance_id: str, body: AutoRagAiSearchBody, request: Reques
     instance = await instance_of(request, instance_id)
     model = body.model or instance.chat_model
     await check_input(request, model, [("query", body.query)])  # named as sent, before retrieval
-    query, found = await retrieved(request, instance, body.query, None, body.search_options())
+    query, found = await retrieved(
+        request, instance, body.query, None, body.search_options(), body.item_filter()
+    )
     question = [{"role": "user", "content": body.query}]
     chat = ChatRequest(
         model=model,
@@ -132,17 +127,6 @@ async def _streamed(run: ChatRun, page: dict[str, Any]) -> AsyncIterator[bytes]:
     yield sse_data(page)
     async for event in workers_ai_events(run):
         yield event
-
-
-def _folder_filter(filters: FolderFilter | None) -> dict[str, Any] | None:
-    if filters is None:
-        return None
-    if filters.key != "folder":
-        raise InvalidInput(
-            f"filters on {filters.key!r} are not supported: filter by 'folder' (a key prefix)",
-            param="filters",
-        )
-    return {"folder": filters.value}
 
 
 for _prefix in PREFIXES:

@@ -55,12 +55,12 @@ def require_models(request: Request, *models: str) -> None:
 
 
 async def check_input(request: Request, model: str, fields: Sequence[Field]) -> None:
-    """The texts through the model's and the account's input guardrails, as the pipeline will check them."""
+    """The texts through the model's and the account's input guardrails, as the pipeline will check them; a
+    refusal is metered under the request's id, as a plain call's refusal is."""
     platform = platform_of(request)
     call = gateway_call(request, stream=False)
     spec = platform.pipeline.resolve(call, model)
-    guard = await platform.pipeline.parts.input_guard(call.principal, spec)
-    guard.check_texts(fields)
+    await platform.pipeline.check_input(call, spec, fields)
 
 
 @contextlib.contextmanager

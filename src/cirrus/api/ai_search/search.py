@@ -2,7 +2,8 @@
 of `messages`) and `POST .../instances/{id}/chat/completions` (an answer generated from those chunks, in OpenAI's
 chat completion shape, whole or streamed, with the chunks it was given under `chunks`). `ai_search_options` as
 Cloudflare's: `retrieval` (`max_num_results`, `match_threshold`, `retrieval_type` vector / keyword / hybrid,
-`filters.folder` as a key prefix) and `query_rewrite.enabled` (the chat model rewrites the question first)."""
+`filters` on `filename`, `folder` and `timestamp` as rag/filters.py reads them) and `query_rewrite.enabled` (the
+chat model rewrites the question first)."""
 
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -20,14 +21,16 @@ from cirrus.api.path_parameters import account_parameter
 from cirrus.api.sse import sse_data
 from cirrus.api.workers_ai.schemas import envelope
 from cirrus.chat import ChatRequest, ChatRun, start_chat
-from cirrus.errors import InvalidInput
+from cirrus.rag.filters import ItemFilter, allowed_items, parse_filters
 from cirrus.rag.grounding import asked, grounded_messages, message_fields, rewrite_messages, rewritten_query
+from cirrus.rag.index import ItemScope
 from cirrus.rag.model import Instance
 from cirrus.rag.retrieval import Retrieval, RetrievalType, Scored, retrieve
 from cirrus.runtime.params import SamplingParams
 
 router = APIRouter(tags=["AI Search"])
 REWRITE_MAX_TOKENS = 32
+FILTERS_PARAM = "ai_search_options.retrieval.filters"
 
 
 class RetrievalOptions(BaseModel):
@@ -37,6 +40,9 @@ class RetrievalOptions(BaseModel):
     match_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     retrieval_type: Literal["vector", "keyword", "hybrid"] | None = None
     filters: dict[str, Any] | None = None
+
+    def item_filter(self) -> ItemFilter | None:
+        return parse_filters(self.filters, FILTERS_PARAM) if self.filters else None
 
 
 class QueryRewrite(BaseModel):
@@ -73,7 +79,10 @@ class ChatBody(BaseModel):
 
 async def search(instance_id: str, body: SearchBody, request: Request) -> Any:
     instance = await instance_of(request, instance_id)
-    query, found = await retrieved(request, instance, body.query, body.messages, body.ai_search_options)
+    options = body.ai_search_options
+    query, found = await retrieved(
+        request, instance, body.query, body.messages, options, options.retrieval.item_filter()
+    )
     return envelope(
         {"search_query": query, "query_kind": "text", "chunks": [chunk_object(scored) for scored in found]}
     )
@@ -84,7 +93,10 @@ async def chat_completions(instance_id: str, body: ChatBody, request: Request) -
     model = body.model or instance.chat_model
     # The client's messages through the guardrails as a plain chat call's, before anything is retrieved.
     await check_input(request, model, message_fields(body.messages))
-    _, found = await retrieved(request, instance, None, body.messages, body.ai_search_options)
+    options = body.ai_search_options
+    _, found = await retrieved(
+        request, instance, None, body.messages, options, options.retrieval.item_filter()
+    )
     chat = ChatRequest(
         model=model,
         messages=grounded_messages(body.messages, found),
@@ -112,47 +124,35 @@ async def retrieved(
     query: str | None,
     messages: list[dict[str, Any]] | None,
     options: SearchOptions,
+    item_filter: ItemFilter | None,
 ) -> tuple[str, list[Scored]]:
+    """The question asked and the chunks found for it, of the items `item_filter` lets through (all: None)."""
     where, question = asked(query, messages)
     await check_input(request, instance.embedding_model, [(where, question)])
     if options.query_rewrite.enabled:
         await check_input(request, instance.chat_model, [(where, question)])
         question = await _rewrite(request, instance, question)
-    retrieval = _retrieval(instance, question, options.retrieval)
-    index = rag_store(request).index
+    store = rag_store(request)
+    items = None if item_filter is None else allowed_items(item_filter, await store.item_stamps(instance))
+    retrieval = _retrieval(instance, question, options.retrieval, items)
     found = await retrieve(
-        index, instance.uid, retrieval, lambda text: embed_query(request, instance.embedding_model, text)
+        store.index,
+        instance.uid,
+        retrieval,
+        lambda text: embed_query(request, instance.embedding_model, text),
     )
     return question, found
 
 
-def _retrieval(instance: Instance, question: str, options: RetrievalOptions) -> Retrieval:
+def _retrieval(instance: Instance, question: str, options: RetrievalOptions, items: ItemScope) -> Retrieval:
     default_kind = RetrievalType.HYBRID if instance.hybrid else RetrievalType.VECTOR
     return Retrieval(
         question,
         options.max_num_results or instance.max_num_results,
         RetrievalType(options.retrieval_type) if options.retrieval_type else default_kind,
         instance.score_threshold if options.match_threshold is None else options.match_threshold,
-        _folder(options.filters),
+        items,
     )
-
-
-def _folder(filters: dict[str, Any] | None) -> str | None:
-    """`{"folder": "docs/"}`: items whose key starts with it; other filters are refused, not ignored."""
-    if not filters:
-        return None
-    unknown = sorted(set(filters) - {"folder"})
-    if unknown:
-        raise InvalidInput(
-            f"filters on {unknown[0]!r} are not supported: filter by 'folder' (a key prefix)",
-            param="ai_search_options.retrieval.filters",
-        )
-    folder = filters["folder"]
-    if not isinstance(folder, str):
-        raise InvalidInput(
-            "'folder' must be a string (a key prefix)", param="ai_search_options.retrieval.filters"
-        )
-    return folder
 
 
 async def _rewrite(request: Request, instance: Instance, question: str) -> str:
