@@ -355,3 +355,23 @@ async def test_a_write_sent_as_a_sqlite_read_is_refused(tmp_path: Path) -> None:
         assert await db.fetch_one("SELECT count(*) FROM items") == (0,)
     finally:
         await db.close()
+
+
+async def test_a_read_that_comes_while_sqlite_closes_is_refused_not_left_waiting(tmp_path: Path) -> None:
+    """The close waits for the slow read to give its connection back; a read queued meanwhile is answered or
+    refused, never left waiting for a connection no one will give back; a read after the close is refused."""
+    db = SqliteDatabase.open(str(tmp_path / "closing.db"))
+    await db.migrate([ITEMS])
+    slow = asyncio.create_task(db.fetch_one(SLOW_SELECT))
+    await asyncio.sleep(0.05)
+    closing = asyncio.create_task(db.close())
+    await asyncio.sleep(0.05)
+    late = asyncio.create_task(db.fetch_one("SELECT count(*) FROM items"))
+    assert await asyncio.wait_for(slow, 30) == (3000000,)
+    try:
+        assert await asyncio.wait_for(late, 30) == (0,)
+    except sqlite3.ProgrammingError as refused:
+        assert "closed" in str(refused)
+    await asyncio.wait_for(closing, 30)
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        await db.fetch_one("SELECT count(*) FROM items")

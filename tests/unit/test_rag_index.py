@@ -4,6 +4,7 @@ deletes, and reciprocal rank fusion."""
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -131,6 +132,20 @@ async def test_a_search_of_some_items_returns_only_theirs(index: ChunkIndex) -> 
     assert sorted(h.item_id for h in near) == sorted(h.item_id for h in words) == ["i-b", "i-c"]
     assert await index.nearest(uid, axis(0), k=5, items=frozenset()) == []
     assert await index.keyword(uid, "shared", k=5, items=frozenset({"i-gone"})) == []
+
+
+async def test_indexed_items_are_the_searchable_ones_with_when_their_chunks_were_written(
+    index: ChunkIndex,
+) -> None:
+    uid = new_uid()
+    before = time.time()
+    await put(index, uid, "i-a", "team-a/notes.md", ["alpha"], [axis(0)])
+    await put(index, uid, "i-b", "b.md", ["beta"], [axis(1)])
+    after = time.time()
+    await index.delete_item(uid, "i-b")
+    [(item_id, key, indexed_at)] = await index.indexed_items(uid)
+    assert (item_id, key) == ("i-a", "team-a/notes.md") and before <= indexed_at <= after
+    assert await index.indexed_items(new_uid()) == []
 
 
 async def test_a_few_items_are_found_below_many_better_matches_elsewhere(index: ChunkIndex) -> None:

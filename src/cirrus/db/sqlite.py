@@ -40,10 +40,11 @@ class SqliteDatabase:
         """`readers` answer the reads (none: the writer answers everything, as an in-memory database must)."""
         self._connection = connection
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cirrus-sqlite")
-        self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        self._readers: queue.SimpleQueue[sqlite3.Connection | None] = queue.SimpleQueue()  # None: closed
         for reader in readers:
             self._readers.put(reader)
         self._reader_count = len(readers)
+        self._closed = False
         self._reading = ThreadPoolExecutor(
             max_workers=max(1, len(readers)), thread_name_prefix="cirrus-sqlite-read"
         )
@@ -72,6 +73,11 @@ class SqliteDatabase:
 
         def on_a_reader() -> T:
             reader = self._readers.get()
+            if (
+                reader is None
+            ):  # closed: wake the next read waiting too, then refuse, as a closed connection does
+                self._readers.put(None)
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
             try:
                 return work(reader)
             finally:
@@ -80,6 +86,8 @@ class SqliteDatabase:
         return await self._answer(self._reading, on_a_reader)
 
     async def _answer(self, executor: ThreadPoolExecutor, work: Callable[[], T]) -> T:
+        if self._closed:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         try:
             return await asyncio.get_running_loop().run_in_executor(executor, work)
         except sqlite3.OperationalError as error:
@@ -121,10 +129,15 @@ class SqliteDatabase:
     async def close(self) -> None:
         def close_readers() -> None:  # each as it is given back: a read still running finishes first
             for _ in range(self._reader_count):
-                self._readers.get().close()
+                reader = self._readers.get()
+                if reader is None:  # closed already
+                    break
+                reader.close()
+            self._readers.put(None)  # a read that comes later finds the database closed, not an empty queue
 
         await asyncio.get_running_loop().run_in_executor(self._reading, close_readers)
         await self._run(lambda c: c.close())
+        self._closed = True
         self._reading.shutdown(wait=False)
         self._thread.shutdown(wait=False)
 

@@ -14,7 +14,9 @@ from cirrus.placement.view import NodeMeasures
 
 class FleetMeasures:
     """The latest figure any node reported for each measure. Kept as reports arrive; a figure is remembered
-    after the instance it was measured on stopped (a node's own report forgets it then)."""
+    after the instance it was measured on stopped (a node's own report forgets it then). A node's place in the
+    warm index (indexes.py) is not recomputed when these change, only when its own report does: the few nodes
+    taken from the top are evaluated with the current figures, and a node not measured yet has few requests."""
 
     def __init__(self) -> None:
         self.load_bytes_per_s: float | None = None
@@ -23,9 +25,11 @@ class FleetMeasures:
         self.service_s: dict[str, float] = {}
 
     def learn(self, measures: NodeMeasures) -> None:
-        if measures.load_bytes_per_s is not None:
+        """A node's report; a bandwidth of 0 is no measurement (nothing was moved), a start of 0 is one (a
+        spare process was ready)."""
+        if measures.load_bytes_per_s:
             self.load_bytes_per_s = measures.load_bytes_per_s
-        if measures.pull_bytes_per_s is not None:
+        if measures.pull_bytes_per_s:
             self.pull_bytes_per_s = measures.pull_bytes_per_s
         if measures.process_start_s is not None:
             self.process_start_s = measures.process_start_s

@@ -44,8 +44,8 @@ class Placer:
         """A fresh snapshot replaces what was known of that node."""
         old = self._nodes.get(node.node_id)
         now = self._clock()
-        if old is None or old.view.measures is not node.measures:
-            self._fleet.learn(node.measures)
+        if old is None or (old.view.measures is not node.measures and old.view.measures != node.measures):
+            self._fleet.learn(node.measures)  # on a change only: the fleet's figure is the last one measured
         state = NodeState(node, now, self._fleet, old)
         self._nodes[node.node_id] = state
         self._index.node_updated(old, state, now)

@@ -82,7 +82,8 @@ class Pool:
         self._default_keep_alive_s = default_keep_alive_s
         self._clock = clock
         self._instances: list[Instance] = []
-        self._waiting: dict[str, int] = {}  # interactive requests only
+        self._waiting: dict[str, int] = {}  # interactive requests in `acquire`, starters included
+        self._starters: dict[str, int] = {}  # of which those holding the slot of an instance they start
         self._background = BackgroundLeases()
         self._changed = asyncio.Condition()
         self._stops: set[asyncio.Task[None]] = set()
@@ -110,6 +111,14 @@ class Pool:
                 await self._changed.wait_for(lambda: not self.busy())
 
     def waiting(self, model_id: str) -> int:
+        """Requests queued for a slot of the model. A request that starts an instance holds that instance's slot
+        (among its active requests) and is not queued: counted in both, a node's report read one cold-starting
+        request as two, and a placer sent the next request to a pull elsewhere rather than wait behind a queue
+        that was not there."""
+        return self._acquiring(model_id) - self._starters.get(model_id, 0)
+
+    def _acquiring(self, model_id: str) -> int:
+        """Interactive requests in `acquire`: what bounds the queue and holds background work back."""
         return self._waiting.get(model_id, 0)
 
     def serving_worker(self, model_id: str) -> Worker | None:
@@ -167,9 +176,9 @@ class Pool:
         chain: PromptChain | None,
         reject_if_busy: bool,
     ) -> tuple[Instance, bool]:
-        if self.waiting(spec.id) >= self._queue_size and self._with_room(spec.id, affinity, chain) is None:
+        if self._acquiring(spec.id) >= self._queue_size and self._with_room(spec.id, affinity, chain) is None:
             raise CapacityExceeded("Capacity temporarily exceeded, please try again.", retry_after_s=1.0)
-        self._waiting[spec.id] = self.waiting(spec.id) + 1
+        self._waiting[spec.id] = self._acquiring(spec.id) + 1
         try:
             async with asyncio.timeout_at(deadline):
                 return await self._obtain(spec, affinity, chain, reject_if_busy)
@@ -309,7 +318,7 @@ class Pool:
                 return self._take(instance), False
             victims = self._victims_for(needed) if self._may_add_instance(spec) else None
             if victims is not None and not self._background.holds(spec.id):
-                with self._out_of_queue(spec.id):
+                with self._starting(spec.id):
                     return await self._cold_start(spec, needed, victims), True
             if reject_if_busy:
                 raise CapacityExceeded(
@@ -321,17 +330,16 @@ class Pool:
                 await self._changed.wait()
 
     @contextlib.contextmanager
-    def _out_of_queue(self, model_id: str) -> Iterator[None]:
-        """A request that starts an instance holds that instance's slot (it counts among its active requests)
-        and waits in no queue meanwhile: counted in both, one request read as two to a placer summing them."""
-        self._waiting[model_id] -= 1
+    def _starting(self, model_id: str) -> Iterator[None]:
+        self._starters[model_id] = self._starters.get(model_id, 0) + 1
         try:
             yield
         finally:
-            self._waiting[model_id] += 1
+            self._starters[model_id] -= 1
 
     def _preempt_for_waiting(self, model_id: str) -> None:
-        if self.waiting(model_id) and self._background.preempt_for(model_id, self.waiting(model_id)):
+        waiting = self._acquiring(model_id)
+        if waiting and self._background.preempt_for(model_id, waiting):
             log.info("preempted background work on %s for a waiting request", model_id)
 
     def _may_start_for_background(self, spec: ModelSpec, needed: int) -> bool:

@@ -1,6 +1,6 @@
 """Metadata filters: which of an instance's items a search may return, by the attributes Cloudflare's AI Search
 filters on. `filename` is the item's key (`docs/guide.pdf`), `folder` the key up to its last `/` with the `/`
-(`docs/`; `""` at the top), `timestamp` when the item's current content was indexed, in Unix seconds.
+(`docs/`; `""` at the top), `timestamp` when the item's searchable content was indexed, in Unix seconds.
 
 Two syntaxes, both Cloudflare's:
 - AI Search's: `{"folder": "docs/", "timestamp": {"$gte": 1735689600}}`, every key must hold; a bare value means

@@ -35,6 +35,11 @@ class ChunkIndex(Protocol):
 
     async def delete_item(self, instance_uid: str, item_id: str) -> None: ...
 
+    async def indexed_items(self, instance_uid: str) -> list[tuple[str, str, float]]:
+        """Each searchable item's (id, key, when its visible chunks were indexed, Unix seconds): what metadata
+        filters read."""
+        ...
+
     async def drop_instance(self, instance_uid: str) -> None: ...
 
     async def nearest(

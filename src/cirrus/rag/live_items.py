@@ -55,3 +55,12 @@ async def hide(db: Database, instance_uid: str, item_id: str | None = None) -> N
         await db.execute(
             "DELETE FROM rag_live WHERE instance_uid = ? AND item_id = ?", (instance_uid, item_id)
         )
+
+
+async def indexed(db: Database, instance_uid: str) -> list[tuple[str, str, float]]:
+    """Each searchable item's (id, key, when the write of its visible chunks began, in Unix seconds): its
+    generation, which neither a retry nor a later failed write moves."""
+    rows = await db.fetch_all(
+        "SELECT item_id, key, generation FROM rag_live WHERE instance_uid = ?", (instance_uid,)
+    )
+    return [(str(item_id), str(key), int(generation) / 1e9) for item_id, key, generation in rows]

@@ -142,6 +142,9 @@ class PgvectorIndex:
             (item_id, *live_items.superseded_params(instance_uid, item_id, generation)),
         )
 
+    async def indexed_items(self, instance_uid: str) -> list[tuple[str, str, float]]:
+        return await live_items.indexed(self._db, instance_uid)
+
     async def delete_item(self, instance_uid: str, item_id: str) -> None:
         if await self._dimension(instance_uid) is None:
             return

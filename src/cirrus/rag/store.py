@@ -278,14 +278,6 @@ class RagStore:
         )
         return [_item(row) for row in rows]
 
-    async def item_stamps(self, instance: Instance) -> list[tuple[str, str, float]]:
-        """Every item's (id, key, when its current state was reached): what metadata filters read. A completed
-        item's is when its current content was indexed."""
-        rows = await self._db.fetch_all(
-            "SELECT id, key, modified_at FROM rag_items WHERE instance_uid = ?", (instance.uid,)
-        )
-        return [(str(item_id), str(key), float(stamp)) for item_id, key, stamp in rows]
-
     async def item(self, instance: Instance, item_id: str) -> Item | None:
         row = await self._db.fetch_one(
             f"SELECT {_ITEM_COLUMNS} FROM rag_items WHERE id = ? AND instance_uid = ?",

@@ -23,7 +23,7 @@ from cirrus.api.workers_ai.schemas import envelope
 from cirrus.chat import ChatRequest, ChatRun, start_chat
 from cirrus.rag.filters import ItemFilter, allowed_items, parse_filters
 from cirrus.rag.grounding import asked, grounded_messages, message_fields, rewrite_messages, rewritten_query
-from cirrus.rag.index import ItemScope
+from cirrus.rag.index import ChunkIndex, ItemScope
 from cirrus.rag.model import Instance
 from cirrus.rag.retrieval import Retrieval, RetrievalType, Scored, retrieve
 from cirrus.runtime.params import SamplingParams
@@ -132,16 +132,23 @@ async def retrieved(
     if options.query_rewrite.enabled:
         await check_input(request, instance.chat_model, [(where, question)])
         question = await _rewrite(request, instance, question)
-    store = rag_store(request)
-    items = None if item_filter is None else allowed_items(item_filter, await store.item_stamps(instance))
+    index = rag_store(request).index
+    items = None if item_filter is None else await _filtered(index, instance, item_filter)
     retrieval = _retrieval(instance, question, options.retrieval, items)
     found = await retrieve(
-        store.index,
+        index,
         instance.uid,
         retrieval,
         lambda text: embed_query(request, instance.embedding_model, text),
     )
     return question, found
+
+
+async def _filtered(index: ChunkIndex, instance: Instance, item_filter: ItemFilter) -> ItemScope:
+    """The items the filter lets through; None when that is all of them (nothing to narrow)."""
+    indexed = await index.indexed_items(instance.uid)
+    allowed = allowed_items(item_filter, indexed)
+    return None if len(allowed) == len(indexed) else allowed
 
 
 def _retrieval(instance: Instance, question: str, options: RetrievalOptions, items: ItemScope) -> Retrieval:
