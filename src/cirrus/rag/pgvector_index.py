@@ -8,9 +8,9 @@ filter to stay inside its instance, one instance's size never slows another's, a
 Writes follow live_items.py (generations, one flip), in statements of WRITE_BATCH chunks: every statement must
 end well within the gateway's database deadline, and inserting into an HNSW graph is the cost. A search keeps a
 chunk only where its generation is its item's live one, and pgvector's iterative scan (0.8+) reads further into
-the graph until enough chunks pass that filter and any key prefix. `rag_nearest` sets that scan and its breadth
-(`hnsw.ef_search`, which also caps the rows returned, 40 by default) for its own statement only: a function can
-set them locally, one plain statement cannot.
+the graph until enough chunks pass that test and are of a metadata filter's items, if any. `rag_nearest` sets
+that scan and its breadth (`hnsw.ef_search`, which also caps the rows returned, 40 by default) for its own
+statement only: a function can set them locally, one plain statement cannot.
 """
 
 from collections.abc import Sequence
