@@ -75,11 +75,16 @@ async def test_a_rare_word_outranks_a_common_one_repeated(index: ChunkIndex, dat
         assert [hit.text for hit in analysed] == [hit.text for hit in hits]
 
 
+def candidate_budget(monkeypatch: pytest.MonkeyPatch, chunks: int) -> None:
+    """The most candidates a keyword search's rarest words may pick, on both back-ends."""
+    monkeypatch.setattr(sqlite_index, "KEYWORD_BUDGET", chunks)
+    monkeypatch.setattr(pg_keyword, "CANDIDATE_BUDGET", chunks)
+
+
 async def test_common_words_beyond_the_budget_bring_no_candidates_but_still_weigh(
     index: ChunkIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_index, "KEYWORD_BUDGET", 3)
-    monkeypatch.setattr(pg_keyword, "CANDIDATE_BUDGET", 3)
+    candidate_budget(monkeypatch, 3)
     uid = new_uid()
     texts = ["toml settings format", "toml file format", *COMMON]
     await put(index, uid, "i-1", "a.md", texts, [axis(n % 8) for n in range(len(texts))])
@@ -98,8 +103,7 @@ async def test_a_rare_and_a_common_word_see_an_item_whole_while_it_is_rewritten(
     index: ChunkIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The counts and the ranking are two statements; only the ranking decides what is visible."""
-    monkeypatch.setattr(sqlite_index, "KEYWORD_BUDGET", 12)
-    monkeypatch.setattr(pg_keyword, "CANDIDATE_BUDGET", 12)
+    candidate_budget(monkeypatch, 12)
     uid = new_uid()
     size = 6
     await put(index, uid, "i-common", "c.md", COMMON * 3, [axis(0)] * len(COMMON) * 3)

@@ -79,10 +79,7 @@ class ChatBody(BaseModel):
 
 async def search(instance_id: str, body: SearchBody, request: Request) -> Any:
     instance = await instance_of(request, instance_id)
-    options = body.ai_search_options
-    query, found = await retrieved(
-        request, instance, body.query, body.messages, options, options.retrieval.item_filter()
-    )
+    query, found = await retrieved(request, instance, body.query, body.messages, body.ai_search_options)
     return envelope(
         {"search_query": query, "query_kind": "text", "chunks": [chunk_object(scored) for scored in found]}
     )
@@ -93,10 +90,7 @@ async def chat_completions(instance_id: str, body: ChatBody, request: Request) -
     model = body.model or instance.chat_model
     # The client's messages through the guardrails as a plain chat call's, before anything is retrieved.
     await check_input(request, model, message_fields(body.messages))
-    options = body.ai_search_options
-    _, found = await retrieved(
-        request, instance, None, body.messages, options, options.retrieval.item_filter()
-    )
+    _, found = await retrieved(request, instance, None, body.messages, body.ai_search_options)
     chat = ChatRequest(
         model=model,
         messages=grounded_messages(body.messages, found),
@@ -124,9 +118,11 @@ async def retrieved(
     query: str | None,
     messages: list[dict[str, Any]] | None,
     options: SearchOptions,
-    item_filter: ItemFilter | None,
+    legacy_filter: ItemFilter | None = None,
 ) -> tuple[str, list[Scored]]:
-    """The question asked and the chunks found for it, of the items `item_filter` lets through (all: None)."""
+    """The question asked and the chunks found for it, of the items the filter lets through: AutoRAG's
+    `legacy_filter` where given, else `options`' own."""
+    item_filter = legacy_filter or options.retrieval.item_filter()
     where, question = asked(query, messages)
     await check_input(request, instance.embedding_model, [(where, question)])
     if options.query_rewrite.enabled:
