@@ -131,6 +131,7 @@ class ProcessLauncher:
 
     async def launch(self, spec: ModelSpec) -> WorkerProcess:
         await self.estimate(spec)
+        template = spec.chat_template or (await self.metadata(spec)).get("tokenizer.chat_template")
         options = LoadOptions(
             path=str(await self.artifact_path(spec)),
             n_ctx=self._text_tokens.get(spec.id, spec.context_window),
@@ -139,7 +140,8 @@ class ProcessLauncher:
             kv_cells=spec.kv_cells,
             host_cache_tokens=spec.host_cache_cells,
             prefix_cache_dir=str(self.prefix_cache_dir(await self.artifact_path(spec))),
-            chat_template=spec.chat_template,
+            # The worker compiles it while the model loads, rather than read it from the loaded model first.
+            chat_template=template if isinstance(template, str) else None,
             embeddings=spec.task == "text-embeddings",
         )
         # A hint, given while the worker is told to load rather than before: waiting for it cost a cold start

@@ -18,18 +18,25 @@ class InputError(ValueError):
         self.param = param
 
 
+def compile_template(template: str) -> Jinja2ChatFormatter:
+    """The template compiled; the text of the model's start and end tokens is set once the model is loaded
+    (`PromptBuilder`): the formatter reads them only when it renders."""
+    return Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
+
+
 class PromptBuilder:
-    def __init__(self, model: LlamaModel, template: str | None) -> None:
+    def __init__(
+        self, model: LlamaModel, template: str | None, compiled: Jinja2ChatFormatter | None = None
+    ) -> None:
+        """`compiled`: the template already compiled (`compile_template`, as `runtime.load_ahead` does), used if it is this one."""
         self._model = model
         self._template = template
         self._formatter = None
         if template:
-            self._formatter = Jinja2ChatFormatter(
-                template=template,
-                eos_token=model.token_text(model.eos()),
-                bos_token=model.token_text(model.bos()),
-                stop_token_ids=[model.eos()],
-            )
+            ready = compiled if compiled is not None and compiled.template == template else None
+            self._formatter = ready or compile_template(template)
+            self._formatter.eos_token = model.token_text(model.eos())
+            self._formatter.bos_token = model.token_text(model.bos())
 
     @property
     def has_chat_template(self) -> bool:

@@ -32,6 +32,7 @@ from cirrus.runtime.encoder import EmbeddingEngine
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.host_tier import HostTier
 from cirrus.runtime.llama import ContextShape, LlamaModel
+from cirrus.runtime.load_ahead import LoadAhead
 from cirrus.runtime.prefix_cache import PrefixCache, sequence_ids
 from cirrus.runtime.prompts import PromptBuilder
 from cirrus.runtime.scheduler import BatchScheduler
@@ -126,26 +127,32 @@ class Worker:
             sequences=sequence_ids(slots),
             threads=int(options["n_threads"]),
         )
+        folder = options.get("prefix_cache_dir")
+        kept = Path(folder) if folder and int(options.get("host_cache_tokens", 0)) > 0 else None
+        ahead = LoadAhead(options.get("chat_template"), kept).start()
         model = LlamaModel(str(options["path"]), shape)
+        ahead.model_loaded()
         template = options.get("chat_template") or model.metadata("tokenizer.chat_template")
-        prompts = PromptBuilder(model, template)
+        prompts = PromptBuilder(model, template, ahead.formatter)
         self._channel.send(
             {"type": "ready", "n_ctx": context, "has_chat_template": prompts.has_chat_template}
         )
-        cache = self._prefix_cache(model, slots, options)
+        cache = self._prefix_cache(model, slots, options, ahead)
         return BatchScheduler(model, prompts, slots, context, self._send, self._is_cancelled, cache)
 
-    def _prefix_cache(self, model: LlamaModel, slots: int, options: dict[str, Any]) -> PrefixCache:
-        """The prefix cache, with what an earlier instance of the model left on disk in its host tier."""
+    def _prefix_cache(
+        self, model: LlamaModel, slots: int, options: dict[str, Any], ahead: LoadAhead
+    ) -> PrefixCache:
+        """The prefix cache, with what an earlier instance of the model left on disk in its host tier (the
+        states read during the load as bytes, the others as the files they are in)."""
         tokens = int(options.get("host_cache_tokens", 0))
         host = HostTier(tokens) if tokens > 0 else None
         cache = PrefixCache(model, sequence_ids(slots), host, idle_tokens=int(options["kv_cells"]) // 4)
-        folder = options.get("prefix_cache_dir")
-        if host is not None and folder:
-            stored = read_index(Path(folder))
+        if host is not None and ahead.folder is not None:
+            stored = ahead.stored if ahead.stored is not None else read_index(ahead.folder)
             for entry in stored:
-                host.put(entry.tokens, entry.salt, entry.path)
-            self._prefixes = (Path(folder), cache, [entry.path for entry in stored])
+                host.put(entry.tokens, entry.salt, ahead.states.get(entry.path, entry.path))
+            self._prefixes = (ahead.folder, cache, [entry.path for entry in stored])
         return cache
 
     def _build_embeddings(self, options: dict[str, Any]) -> EmbeddingEngine:
