@@ -36,7 +36,9 @@ class LlamaModel:
         _logger.set_verbose(False)
         llama_cpp.llama_backend_init()
         model_params = llama_cpp.llama_model_default_params()
-        model_params.use_mmap = True
+        # Mapped, not read into memory: instances of one model share its weights in the page cache. (AUTO would
+        # map too, on a CPU; the binding has no `use_mmap` field any more, and setting one did nothing.)
+        model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
         self._model = llama_cpp.llama_model_load_from_file(path.encode(), model_params)
         if not self._model:
             raise LlamaError(f"llama.cpp could not load {path}")
