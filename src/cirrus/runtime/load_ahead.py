@@ -1,7 +1,8 @@
 """What a cold start does while llama.cpp loads the model: llama.cpp's load releases the GIL and takes one core
 for 50-80 ms (SmolLM2), so a thread beside it compiles the chat template (2.5 ms of Jinja) and reads the prefix
 cache that an earlier instance left on disk: the entries' tokens, then their states, newest first, until the
-model is loaded. What it has not read by then is read when a prompt first matches it, as before."""
+model is loaded. The main thread takes what is done by then and never waits for the rest: a template not yet
+compiled it compiles, an index not yet read it reads, a state not yet read is read when a prompt matches it."""
 
 import contextlib
 import threading
@@ -30,10 +31,9 @@ class LoadAhead:
         return self
 
     def model_loaded(self) -> "LoadAhead":
-        """Stop reading states and wait for the thread (at most the entry it is reading)."""
+        """Stop reading states, without waiting: what is not done yet (an entry being read, the template on a
+        load faster than its compile) the caller does itself, as without this."""
         self._loaded.set()
-        if self._thread is not None:
-            self._thread.join()
         return self
 
     def _run(self) -> None:
