@@ -28,15 +28,17 @@ class PromptBuilder:
     def __init__(
         self, model: LlamaModel, template: str | None, compiled: Jinja2ChatFormatter | None = None
     ) -> None:
-        """`compiled`: the template already compiled (`compile_template`, as `runtime.load_ahead` does), used if it is this one."""
+        """`compiled`: this template already compiled (`compile_template`; `runtime.load_ahead` does it while the
+        model loads); compiled here otherwise."""
         self._model = model
         self._template = template
         self._formatter = None
         if template:
-            ready = compiled if compiled is not None and compiled.template == template else None
-            self._formatter = ready or compile_template(template)
-            self._formatter.eos_token = model.token_text(model.eos())
-            self._formatter.bos_token = model.token_text(model.bos())
+            if compiled is None or compiled.template != template:
+                compiled = compile_template(template)
+            compiled.eos_token = model.token_text(model.eos())
+            compiled.bos_token = model.token_text(model.bos())
+            self._formatter = compiled
 
     @property
     def has_chat_template(self) -> bool:
