@@ -8,7 +8,13 @@ import pytest
 from cirrus.pool.affinity import AffinityTable
 from cirrus.runtime.disk_tier import read_index, read_state, write_snapshot
 from cirrus.runtime.host_tier import MIN_TOKENS, HostTier
-from cirrus.runtime.prefix_cache import PrefixCache, sequence_ids
+from cirrus.runtime.prefix_cache import (
+    ATTENTION_TILE_ROWS,
+    PAD_FROM_ROWS,
+    PrefixCache,
+    reuse_for_tiles,
+    sequence_ids,
+)
 from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
 
 
@@ -98,6 +104,29 @@ def test_a_conversations_next_turn_adopts_its_last_turn_cells_whole() -> None:
     turn_2 = [*turn_1, 7, 8, 9, *conversation(2, 10)]
     again, reuse = run(cache, cells, turn_2, answer=[5])
     assert (again, reuse) == (slot, len(turn_1) + 3)
+
+
+@pytest.mark.parametrize(
+    ("left", "evaluated"),
+    [(1, 1), (PAD_FROM_ROWS - 1, PAD_FROM_ROWS - 1), (PAD_FROM_ROWS, 64), (63, 64), (64, 64), (200, 200)],
+)
+def test_a_continuation_is_evaluated_as_it_is_or_as_a_whole_attention_tile(left: int, evaluated: int) -> None:
+    assert ATTENTION_TILE_ROWS == 64
+    assert 300 - reuse_for_tiles(300, 300 - left) == evaluated
+
+
+def test_a_prompt_shorter_than_a_tile_reuses_all_it_can() -> None:
+    assert reuse_for_tiles(60, 10) == 10
+
+
+def test_a_turn_with_a_tile_short_of_new_tokens_gives_back_cached_ones_to_fill_the_tile() -> None:
+    cells = FakeCells()
+    cache = PrefixCache(cells, 6)
+    turn_1 = SYSTEM + conversation(1, 200)
+    slot, _ = run(cache, cells, turn_1, answer=[7, 8, 9])
+    turn_2 = [*turn_1, 7, 8, 9, *conversation(2, 50)]
+    again, reuse = run(cache, cells, turn_2, answer=[5])
+    assert (again, reuse) == (slot, len(turn_2) - ATTENTION_TILE_ROWS)
 
 
 def test_every_conversation_that_fits_stays_cached_not_only_the_shared_system_prompt() -> None:

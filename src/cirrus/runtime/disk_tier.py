@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cirrus.runtime.host_tier import State
+
 log = logging.getLogger(__name__)
 
 SUFFIX = ".kv"
@@ -72,7 +74,7 @@ def read_state(path: Path) -> bytes | None:
 
 def write_snapshot(
     folder: Path,
-    entries: Iterable[tuple[Sequence[int], Hashable, bytes | Path]],
+    entries: Iterable[tuple[Sequence[int], Hashable, State | Path]],
     replaces: Collection[Path] = (),
     time_limit_s: float = SNAPSHOT_TIME_LIMIT_S,
 ) -> int:
@@ -86,7 +88,7 @@ def write_snapshot(
     kept: set[Path] = set()
     for tokens, salt, state in entries:
         path = folder / f"{digest(tokens, salt)}{SUFFIX}"
-        if isinstance(state, bytes) and not path.exists() and time.monotonic() < deadline:
+        if not isinstance(state, Path) and not path.exists() and time.monotonic() < deadline:
             _write(path, tokens, salt, state)
         if path.exists():
             kept.add(path)
@@ -104,11 +106,11 @@ def _header(path: Path) -> dict[str, Any]:
     return header
 
 
-def _checksum(state: bytes) -> str:
+def _checksum(state: State) -> str:
     return hashlib.blake2b(state, digest_size=16).hexdigest()
 
 
-def _write(path: Path, tokens: Sequence[int], salt: Hashable, state: bytes) -> None:
+def _write(path: Path, tokens: Sequence[int], salt: Hashable, state: State) -> None:
     header = json.dumps({"tokens": list(tokens), "salt": salt, "checksum": _checksum(state)}).encode()
     partial = path.with_name(f"{path.name}.{os.getpid()}{PARTIAL}")
     with partial.open("wb") as file:

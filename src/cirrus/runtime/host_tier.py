@@ -18,12 +18,16 @@ from cirrus.runtime.prefix_index import Match, PrefixIndex
 # Shorter sequences are cheaper to evaluate again than to keep.
 MIN_TOKENS = 32
 
+# A sequence's cells as llama.cpp serialises them: a bytearray when saved from the KV cache (written in place, no
+# copy), bytes when read from disk.
+State = bytes | bytearray
+
 
 @dataclass(frozen=True)
 class Saved:
     tokens: tuple[int, ...]
     salt: Hashable
-    state: bytes | Path
+    state: State | Path
 
 
 class HostTier:
@@ -44,7 +48,7 @@ class HostTier:
         match = self._index.longest(tokens, salt)
         return match is None or match.length < len(tokens)
 
-    def put(self, tokens: Sequence[int], salt: Hashable, state: bytes | Path) -> None:
+    def put(self, tokens: Sequence[int], salt: Hashable, state: State | Path) -> None:
         """Keep a saved sequence; entries it extends are dropped (it answers every prompt they would)."""
         while (shorter := self._index.longest(tokens, salt)) is not None and shorter.length == len(
             self._index.tokens(shorter.key)

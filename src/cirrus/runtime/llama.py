@@ -12,6 +12,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import _logger
 
+from cirrus.runtime.host_tier import State
 from cirrus.runtime.params import SamplingParams
 
 PENALTY_WINDOW = 64
@@ -116,18 +117,20 @@ class LlamaModel:
         """Make target's first `length` positions the same cells as source's (no copy in a unified cache)."""
         llama_cpp.llama_memory_seq_cp(self._memory, source, target, 0, length)
 
-    def save(self, sequence: int) -> bytes:
-        """A sequence's cells (positions, keys, values) as llama.cpp serialises them, to restore later."""
+    def save(self, sequence: int) -> bytearray:
+        """A sequence's cells (positions, keys, values) as llama.cpp serialises them, to restore later. Written
+        in place: a conversation's state is tens of MB, and a copy of it delays the next request."""
         size = int(llama_cpp.llama_state_seq_get_size(self._ctx, sequence))
-        buffer = (ctypes.c_uint8 * size)()
-        written = int(llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, sequence))
-        return ctypes.string_at(buffer, written)
+        state = bytearray(size)
+        written = int(llama_cpp.llama_state_seq_get_data(self._ctx, _bytes_view(state), size, sequence))
+        del state[written:]
+        return state
 
-    def restore(self, sequence: int, state: bytes) -> bool:
+    def restore(self, sequence: int, state: State) -> bool:
         """Put a saved sequence back under the given id (which must hold nothing). False if the cells do not
         fit in the KV cache now."""
-        data = ctypes.cast(ctypes.c_char_p(state), ctypes.POINTER(ctypes.c_uint8))
-        return int(llama_cpp.llama_state_seq_set_data(self._ctx, data, len(state), sequence)) > 0
+        read = llama_cpp.llama_state_seq_set_data(self._ctx, _bytes_view(state), len(state), sequence)
+        return int(read) > 0
 
     # -- LoRA adapters ----------------------------------------------------------------------------------------
 
@@ -334,3 +337,10 @@ def _grammar_stage(vocab: Any, grammar: str) -> Any:
     if not stage:
         raise GrammarError("llama.cpp could not parse the output grammar")
     return stage
+
+
+def _bytes_view(state: State) -> Any:
+    """A pointer to a state's bytes for llama.cpp, without a copy: writable into a bytearray."""
+    if isinstance(state, bytearray):
+        return (ctypes.c_uint8 * len(state)).from_buffer(state)
+    return ctypes.cast(ctypes.c_char_p(state), ctypes.POINTER(ctypes.c_uint8))

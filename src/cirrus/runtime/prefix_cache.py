@@ -13,16 +13,41 @@ speed), while restoring one from host memory costs about a millisecond.
 
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from cirrus.runtime.disk_tier import read_state
-from cirrus.runtime.host_tier import MIN_TOKENS, HostTier, Saved
+from cirrus.runtime.host_tier import MIN_TOKENS, HostTier, Saved, State
 from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
 
 # Idle sequence ids kept beside each running one.
 IDLE_PER_RUNNING = 2
 # llama.cpp's LLAMA_MAX_SEQ: a context with more sequence ids fails to be created.
 MAX_SEQUENCE_IDS = 256
+
+
+# ggml's CPU flash attention takes a batch of fewer than 64 query rows one row at a time over every cell in use,
+# and 64 or more in tiles (GGML_FA_TILE_Q). Over a cached history a continuation of 48-63 new tokens is faster
+# evaluated as 64, by giving back the last cached tokens (bench/kv_span.py, SmolLM2: 60 new tokens over 1,500
+# cached took 303 ms as they were and 174 ms as 64; below 48 the extra rows cost more than the tiles save).
+ATTENTION_TILE_ROWS = 64
+PAD_FROM_ROWS = 48
+
+
+def reuse_for_tiles(prompt_length: int, reuse: int) -> int:
+    """How much of a matched prefix to reuse: all of it, unless what is left to evaluate takes the tiled kernel
+    faster with a few more rows."""
+    left = prompt_length - reuse
+    if prompt_length >= ATTENTION_TILE_ROWS and PAD_FROM_ROWS <= left < ATTENTION_TILE_ROWS:
+        return prompt_length - ATTENTION_TILE_ROWS
+    return reuse
+
+
+def idle_token_budget(kv_cells: int) -> int:
+    """With a host tier, the most tokens idle sequences keep in the KV cache: a sixteenth of it. Every decode step
+    attends over them (SmolLM2, a 700-token conversation running alone: 768 idle cells cost its decode 8%, 2,048
+    cost 17% and its prefill 10%), where moving one to host memory and back costs a few milliseconds a turn."""
+    return kv_cells // 16
 
 
 def sequence_ids(parallel: int) -> int:
@@ -37,9 +62,9 @@ class KvCells(Protocol):
 
     def share(self, source: int, target: int, length: int) -> None: ...
 
-    def save(self, sequence: int) -> bytes: ...
+    def save(self, sequence: int) -> State: ...
 
-    def restore(self, sequence: int, state: bytes) -> bool: ...
+    def restore(self, sequence: int, state: State) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -75,11 +100,11 @@ class PrefixCache:
 
     def admit(self, prompt: Sequence[int], salt: Hashable = None) -> Admission:
         """Give prompt a sequence id holding as much of it as any tier has. One prompt token is always left to
-        evaluate, for its logits."""
+        evaluate, for its logits, and a few more where whole attention tiles are faster (`reuse_for_tiles`)."""
         limit = max(len(prompt) - 1, 0)
         restored = self._promote_from_host(prompt, salt, limit)
         resident = self._index.longest(prompt, salt)
-        reuse = min(resident.length, limit) if resident is not None else 0
+        reuse = reuse_for_tiles(len(prompt), min(resident.length, limit)) if resident is not None else 0
         if resident is None or reuse == 0:
             return self._start(self._vacant(), prompt, salt, 0)
         if resident.key in self._idle and resident.length == self.length(resident.key):
@@ -157,7 +182,7 @@ class PrefixCache:
         if min(match.length, limit) < held + BLOCK:
             return False
         saved = self._host.take(match.key)
-        state = saved.state if isinstance(saved.state, bytes) else read_state(saved.state)
+        state = read_state(saved.state) if isinstance(saved.state, Path) else saved.state
         slot = self._vacant()
         if state is None or not self._restore_into(slot, state):
             self._empty.append(slot)
@@ -166,7 +191,7 @@ class PrefixCache:
         self._idle[slot] = None
         return True
 
-    def _restore_into(self, slot: int, state: bytes) -> bool:
+    def _restore_into(self, slot: int, state: State) -> bool:
         while not self._cells.restore(slot, state):
             self._cells.forget(slot, 0)  # llama.cpp may leave cells behind when a state fails half-read
             if not self._idle:

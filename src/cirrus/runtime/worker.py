@@ -33,7 +33,7 @@ from cirrus.runtime.frames import Frame
 from cirrus.runtime.host_tier import HostTier
 from cirrus.runtime.llama import ContextShape, LlamaModel
 from cirrus.runtime.load_ahead import LoadAhead
-from cirrus.runtime.prefix_cache import PrefixCache, sequence_ids
+from cirrus.runtime.prefix_cache import PrefixCache, idle_token_budget, sequence_ids
 from cirrus.runtime.prompts import PromptBuilder
 from cirrus.runtime.scheduler import BatchScheduler
 
@@ -147,7 +147,8 @@ class Worker:
         states read during the load as bytes, the others as the files they are in)."""
         tokens = int(options.get("host_cache_tokens", 0))
         host = HostTier(tokens) if tokens > 0 else None
-        cache = PrefixCache(model, sequence_ids(slots), host, idle_tokens=int(options["kv_cells"]) // 4)
+        idle = idle_token_budget(int(options["kv_cells"]))
+        cache = PrefixCache(model, sequence_ids(slots), host, idle_tokens=idle)
         if host is not None and ahead.folder is not None:
             stored = ahead.stored if ahead.stored is not None else read_index(ahead.folder)
             for entry in stored:
