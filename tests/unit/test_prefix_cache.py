@@ -7,7 +7,7 @@ import pytest
 
 from cirrus.pool.affinity import AffinityTable
 from cirrus.runtime.disk_tier import read_index, read_state, write_snapshot
-from cirrus.runtime.host_tier import MIN_TOKENS, HostTier
+from cirrus.runtime.host_tier import MIN_TOKENS, HostTier, State
 from cirrus.runtime.prefix_cache import (
     ATTENTION_TILE_ROWS,
     PAD_FROM_ROWS,
@@ -37,7 +37,7 @@ class FakeCells:
         self.saves += 1
         return json.dumps(self.held[sequence]).encode()
 
-    def restore(self, sequence: int, state: bytes) -> bool:
+    def restore(self, sequence: int, state: State) -> bool:
         """Like llama.cpp: the destination is cleared first, and a failed restore may leave cells behind."""
         if not self.room:
             self.held[sequence] = [-1]
