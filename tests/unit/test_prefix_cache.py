@@ -19,11 +19,13 @@ from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
 
 
 class FakeCells:
-    """Sequence id -> the tokens its cells hold; `room` False makes every restore fail (a full KV cache)."""
+    """Sequence id -> the tokens its cells hold; `room` False makes every restore fail (a full KV cache),
+    `saveable` False every save (the engine could not serialise the cells)."""
 
     def __init__(self) -> None:
         self.held: dict[int, list[int]] = {}
         self.room = True
+        self.saveable = True
         self.saves = 0
 
     def forget(self, sequence: int, keep: int) -> None:
@@ -33,9 +35,9 @@ class FakeCells:
         assert not self.held.get(target), "sharing into a sequence that still holds cells"
         self.held[target] = self.held[source][:length]
 
-    def save(self, sequence: int) -> bytes:
+    def save(self, sequence: int) -> State | None:
         self.saves += 1
-        return json.dumps(self.held[sequence]).encode()
+        return bytearray(json.dumps(self.held[sequence]).encode()) if self.saveable else None
 
     def restore(self, sequence: int, state: State) -> bool:
         """Like llama.cpp: the destination is cleared first, and a failed restore may leave cells behind."""
@@ -125,8 +127,51 @@ def test_a_turn_with_a_tile_short_of_new_tokens_gives_back_cached_ones_to_fill_t
     turn_1 = SYSTEM + conversation(1, 200)
     slot, _ = run(cache, cells, turn_1, answer=[7, 8, 9])
     turn_2 = [*turn_1, 7, 8, 9, *conversation(2, 50)]
-    again, reuse = run(cache, cells, turn_2, answer=[5])
-    assert (again, reuse) == (slot, len(turn_2) - ATTENTION_TILE_ROWS)
+    admission = cache.admit(turn_2)
+    assert (admission.slot, admission.reuse) == (slot, len(turn_2) - ATTENTION_TILE_ROWS)
+    assert admission.cached == len(turn_1) + 3  # billed as cached: the cache held them
+    assert cells.held[slot] == turn_2[: admission.reuse]
+
+
+def test_a_prompt_fed_in_small_chunks_reuses_all_it_can() -> None:
+    cells = FakeCells()
+    cache = PrefixCache(cells, 6)
+    turn_1 = SYSTEM + conversation(1, 200)
+    run(cache, cells, turn_1, answer=[7, 8, 9])
+    turn_2 = [*turn_1, 7, 8, 9, *conversation(2, 50)]
+    admission = cache.admit(turn_2, tiles=False)
+    assert admission.reuse == admission.cached == len(turn_1) + 3
+
+
+def test_a_shared_prefix_is_padded_to_a_tile_too() -> None:
+    cells = FakeCells()
+    cache = PrefixCache(cells, 6)
+    history = SYSTEM + conversation(1, 200)
+    run(cache, cells, [*history, *conversation(2, 30)], answer=[1])
+    admission = cache.admit([*history, *conversation(3, 50)])  # shares the history with the idle sequence
+    assert admission.reuse == len(history) + 50 - ATTENTION_TILE_ROWS
+    assert admission.cached == len(history)
+    assert cells.held[admission.slot] == history[: admission.reuse]
+
+
+def test_a_host_entry_is_not_restored_when_padding_leaves_it_nothing_to_save() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 6, host)
+    prompt = SYSTEM + conversation(1, 176)  # 200 tokens
+    run(cache, cells, prompt[:136], answer=[])  # the KV cache holds 136: 64 left, a whole tile
+    host.put(prompt[:152], None, json.dumps(prompt[:152]).encode())  # 48 left: padded back to 136
+    admission = cache.admit(prompt)
+    assert (admission.reuse, admission.restored, len(host)) == (136, False, 1)
+
+
+def test_a_sequence_the_engine_cannot_save_is_dropped_not_kept_in_the_host_tier() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 2, host)
+    cells.saveable = False
+    for n in range(3):
+        run(cache, cells, SYSTEM + conversation(n + 1, 40), answer=[n])
+    assert len(host) == 0 and cells.saves > 0
+    assert list(cache.snapshot()) == []
 
 
 def test_every_conversation_that_fits_stays_cached_not_only_the_shared_system_prompt() -> None:

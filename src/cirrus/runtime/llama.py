@@ -117,14 +117,14 @@ class LlamaModel:
         """Make target's first `length` positions the same cells as source's (no copy in a unified cache)."""
         llama_cpp.llama_memory_seq_cp(self._memory, source, target, 0, length)
 
-    def save(self, sequence: int) -> bytearray:
-        """A sequence's cells (positions, keys, values) as llama.cpp serialises them, to restore later. Written
-        in place: a conversation's state is tens of MB, and a copy of it delays the next request."""
+    def save(self, sequence: int) -> bytearray | None:
+        """A sequence's cells (positions, keys, values) as llama.cpp serialises them, to restore later; None if
+        llama.cpp could not. Written in place: a conversation's state is tens of MB, and a copy of it delays the
+        next request."""
         size = int(llama_cpp.llama_state_seq_get_size(self._ctx, sequence))
         state = bytearray(size)
         written = int(llama_cpp.llama_state_seq_get_data(self._ctx, _bytes_view(state), size, sequence))
-        del state[written:]
-        return state
+        return state if written == size else None
 
     def restore(self, sequence: int, state: State) -> bool:
         """Put a saved sequence back under the given id (which must hold nothing). False if the cells do not

@@ -12,13 +12,13 @@ speed), while restoring one from host memory costs about a millisecond.
 """
 
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from cirrus.runtime.disk_tier import read_state
 from cirrus.runtime.host_tier import MIN_TOKENS, HostTier, Saved, State
-from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
+from cirrus.runtime.prefix_index import BLOCK, Match, PrefixIndex
 
 # Idle sequence ids kept beside each running one.
 IDLE_PER_RUNNING = 2
@@ -43,10 +43,14 @@ def reuse_for_tiles(prompt_length: int, reuse: int) -> int:
     return reuse
 
 
+def _fit(prompt_length: int, held: int, tiles: bool) -> int:
+    return reuse_for_tiles(prompt_length, held) if tiles else held
+
+
 def idle_token_budget(kv_cells: int) -> int:
     """With a host tier, the most tokens idle sequences keep in the KV cache: a sixteenth of it. Every decode step
-    attends over them (SmolLM2, a 700-token conversation running alone: 768 idle cells cost its decode 8%, 2,048
-    cost 17% and its prefill 10%), where moving one to host memory and back costs a few milliseconds a turn."""
+    attends over them (bench/kv_span.py, SmolLM2: a 700-token conversation decoding alone took 9.2 ms a token with
+    no idle cells, 11.4 with 2,048), where moving one to host memory and back costs a few milliseconds a turn."""
     return kv_cells // 16
 
 
@@ -62,7 +66,7 @@ class KvCells(Protocol):
 
     def share(self, source: int, target: int, length: int) -> None: ...
 
-    def save(self, sequence: int) -> State: ...
+    def save(self, sequence: int) -> State | None: ...  # None: the engine could not serialise it
 
     def restore(self, sequence: int, state: State) -> bool: ...
 
@@ -72,6 +76,7 @@ class Admission:
     slot: int  # the sequence id the new sequence runs in
     reuse: int  # prompt tokens already in its cells
     restored: bool = False  # they came back from the host tier
+    cached: int = 0  # prompt tokens the cache held: `reuse`, and any given back to fill an attention tile
 
 
 class PrefixCache:
@@ -98,13 +103,20 @@ class PrefixCache:
     def tokens(self, slot: int) -> list[int]:
         return self._index.tokens(slot)
 
-    def admit(self, prompt: Sequence[int], salt: Hashable = None) -> Admission:
+    def admit(self, prompt: Sequence[int], salt: Hashable = None, tiles: bool = True) -> Admission:
         """Give prompt a sequence id holding as much of it as any tier has. One prompt token is always left to
-        evaluate, for its logits, and a few more where whole attention tiles are faster (`reuse_for_tiles`)."""
+        evaluate, for its logits, and with `tiles` a few more where whole attention tiles are faster
+        (`reuse_for_tiles`; not for a prompt fed in chunks smaller than a tile)."""
         limit = max(len(prompt) - 1, 0)
-        restored = self._promote_from_host(prompt, salt, limit)
+        restored = self._promote_from_host(prompt, salt, limit, tiles)
         resident = self._index.longest(prompt, salt)
-        reuse = reuse_for_tiles(len(prompt), min(resident.length, limit)) if resident is not None else 0
+        held = min(resident.length, limit) if resident is not None else 0
+        admission = self._place(prompt, salt, resident, _fit(len(prompt), held, tiles), restored)
+        return replace(admission, cached=held)
+
+    def _place(
+        self, prompt: Sequence[int], salt: Hashable, resident: Match[int] | None, reuse: int, restored: bool
+    ) -> Admission:
         if resident is None or reuse == 0:
             return self._start(self._vacant(), prompt, salt, 0)
         if resident.key in self._idle and resident.length == self.length(resident.key):
@@ -143,15 +155,17 @@ class PrefixCache:
         if self._host is None:
             return
         budget = self._host.capacity_tokens
-        idle = (
-            Saved(tuple(self.tokens(s)), self._index.salt(s), self._cells.save(s))
-            for s in reversed(self._idle)
-            if MIN_TOKENS <= self.length(s) <= budget
-        )
-        for saved in (*idle, *self._host.newest_first()):
+        for saved in (*self._saved_idle(budget), *self._host.newest_first()):
             if len(saved.tokens) <= budget:
                 budget -= len(saved.tokens)
                 yield saved
+
+    def _saved_idle(self, budget: int) -> Iterator[Saved]:
+        """The idle sequences within budget, most recently used first, saved now (any the engine cannot save is
+        left out)."""
+        for slot in reversed(self._idle):
+            if MIN_TOKENS <= self.length(slot) <= budget and (state := self._cells.save(slot)) is not None:
+                yield Saved(tuple(self.tokens(slot)), self._index.salt(slot), state)
 
     def evict_one(self) -> bool:
         """Free the least recently used idle sequence's cells (the KV cache is full). False if none is idle."""
@@ -170,16 +184,16 @@ class PrefixCache:
         self._running.add(slot)
         return Admission(slot, reuse, restored)
 
-    def _promote_from_host(self, prompt: Sequence[int], salt: Hashable, limit: int) -> bool:
+    def _promote_from_host(self, prompt: Sequence[int], salt: Hashable, limit: int, tiles: bool) -> bool:
         """Bring the host tier's entry sharing the longest prefix with prompt back into the KV cache, whole, as an
-        idle sequence, when it holds at least a block more of the prompt than the KV cache does. An entry that
+        idle sequence, when it saves at least a block more of the prompt than the KV cache does. An entry that
         cannot be read, or does not fit even once every idle sequence is gone, is dropped."""
         match = self._host.longest(prompt, salt) if self._host is not None else None
         if match is None or self._host is None:
             return False
         resident = self._index.longest(prompt, salt)
         held = min(resident.length, limit) if resident is not None else 0
-        if min(match.length, limit) < held + BLOCK:
+        if _fit(len(prompt), min(match.length, limit), tiles) < _fit(len(prompt), held, tiles) + BLOCK:
             return False
         saved = self._host.take(match.key)
         state = read_state(saved.state) if isinstance(saved.state, Path) else saved.state
@@ -218,7 +232,9 @@ class PrefixCache:
         del self._idle[slot]
         tokens, salt = self._index.tokens(slot), self._index.salt(slot)
         if self._host is not None and self._host.worth_keeping(tokens, salt):
-            self._host.put(tokens, salt, self._cells.save(slot))
+            state = self._cells.save(slot)
+            if state is not None:
+                self._host.put(tokens, salt, state)
         self._cells.forget(slot, 0)
         self._index.remove(slot)
         return slot

@@ -115,7 +115,8 @@ class BatchScheduler:
             self._load_adapter(inputs.adapter)
         sampler = Sampler(inputs.sampling, self._model.n_vocab, self._model.vocab)  # before a slot is claimed
         sampler.remember(prompt)
-        placement = self._cache.admit(prompt, salt=inputs.adapter)
+        # A background prompt is fed in chunks smaller than an attention tile: padding it would only add rows.
+        placement = self._cache.admit(prompt, salt=inputs.adapter, tiles=not inputs.background)
         self._running.append(
             Sequence(
                 request_id,
@@ -124,7 +125,7 @@ class BatchScheduler:
                 inputs.sampling,
                 sampler,
                 budget,
-                cached=placement.reuse,
+                cached=placement.cached,
                 fed=placement.reuse,
                 reasoning=self._reasoning_counter(prompt),
                 steering=steering,
@@ -138,7 +139,7 @@ class BatchScheduler:
                 "type": "started",
                 "id": request_id,
                 "prompt_tokens": len(prompt),
-                "cached_tokens": placement.reuse,
+                "cached_tokens": placement.cached,
             }
         )
 
