@@ -8,13 +8,7 @@ import pytest
 from cirrus.pool.affinity import AffinityTable
 from cirrus.runtime.disk_tier import read_index, read_state, write_snapshot
 from cirrus.runtime.host_tier import MIN_TOKENS, HostTier, State
-from cirrus.runtime.prefix_cache import (
-    ATTENTION_TILE_ROWS,
-    PAD_FROM_ROWS,
-    PrefixCache,
-    reuse_for_tiles,
-    sequence_ids,
-)
+from cirrus.runtime.prefix_cache import PrefixCache, sequence_ids
 from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
 
 
@@ -106,62 +100,6 @@ def test_a_conversations_next_turn_adopts_its_last_turn_cells_whole() -> None:
     turn_2 = [*turn_1, 7, 8, 9, *conversation(2, 10)]
     again, reuse = run(cache, cells, turn_2, answer=[5])
     assert (again, reuse) == (slot, len(turn_1) + 3)
-
-
-@pytest.mark.parametrize(
-    ("left", "evaluated"),
-    [(1, 1), (PAD_FROM_ROWS - 1, PAD_FROM_ROWS - 1), (PAD_FROM_ROWS, 64), (63, 64), (64, 64), (200, 200)],
-)
-def test_a_continuation_is_evaluated_as_it_is_or_as_a_whole_attention_tile(left: int, evaluated: int) -> None:
-    assert ATTENTION_TILE_ROWS == 64
-    assert 300 - reuse_for_tiles(300, 300 - left) == evaluated
-
-
-def test_a_prompt_shorter_than_a_tile_reuses_all_it_can() -> None:
-    assert reuse_for_tiles(60, 10) == 10
-
-
-def test_a_turn_with_a_tile_short_of_new_tokens_gives_back_cached_ones_to_fill_the_tile() -> None:
-    cells = FakeCells()
-    cache = PrefixCache(cells, 6)
-    turn_1 = SYSTEM + conversation(1, 200)
-    slot, _ = run(cache, cells, turn_1, answer=[7, 8, 9])
-    turn_2 = [*turn_1, 7, 8, 9, *conversation(2, 50)]
-    admission = cache.admit(turn_2)
-    assert (admission.slot, admission.reuse) == (slot, len(turn_2) - ATTENTION_TILE_ROWS)
-    assert admission.cached == len(turn_1) + 3  # billed as cached: the cache held them
-    assert cells.held[slot] == turn_2[: admission.reuse]
-
-
-def test_a_prompt_fed_in_small_chunks_reuses_all_it_can() -> None:
-    cells = FakeCells()
-    cache = PrefixCache(cells, 6)
-    turn_1 = SYSTEM + conversation(1, 200)
-    run(cache, cells, turn_1, answer=[7, 8, 9])
-    turn_2 = [*turn_1, 7, 8, 9, *conversation(2, 50)]
-    admission = cache.admit(turn_2, tiles=False)
-    assert admission.reuse == admission.cached == len(turn_1) + 3
-
-
-def test_a_shared_prefix_is_padded_to_a_tile_too() -> None:
-    cells = FakeCells()
-    cache = PrefixCache(cells, 6)
-    history = SYSTEM + conversation(1, 200)
-    run(cache, cells, [*history, *conversation(2, 30)], answer=[1])
-    admission = cache.admit([*history, *conversation(3, 50)])  # shares the history with the idle sequence
-    assert admission.reuse == len(history) + 50 - ATTENTION_TILE_ROWS
-    assert admission.cached == len(history)
-    assert cells.held[admission.slot] == history[: admission.reuse]
-
-
-def test_a_host_entry_is_not_restored_when_padding_leaves_it_nothing_to_save() -> None:
-    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
-    cache = PrefixCache(cells, 6, host)
-    prompt = SYSTEM + conversation(1, 176)  # 200 tokens
-    run(cache, cells, prompt[:136], answer=[])  # the KV cache holds 136: 64 left, a whole tile
-    host.put(prompt[:152], None, json.dumps(prompt[:152]).encode())  # 48 left: padded back to 136
-    admission = cache.admit(prompt)
-    assert (admission.reuse, admission.restored, len(host)) == (136, False, 1)
 
 
 def test_a_sequence_the_engine_cannot_save_is_dropped_not_kept_in_the_host_tier() -> None:

@@ -12,39 +12,18 @@ speed), while restoring one from host memory costs about a millisecond.
 """
 
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from cirrus.runtime.disk_tier import read_state
 from cirrus.runtime.host_tier import MIN_TOKENS, HostTier, Saved, State
-from cirrus.runtime.prefix_index import BLOCK, Match, PrefixIndex
+from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
 
 # Idle sequence ids kept beside each running one.
 IDLE_PER_RUNNING = 2
 # llama.cpp's LLAMA_MAX_SEQ: a context with more sequence ids fails to be created.
 MAX_SEQUENCE_IDS = 256
-
-
-# ggml's CPU flash attention takes a batch of fewer than 64 query rows one row at a time over every cell in use,
-# and 64 or more in tiles (GGML_FA_TILE_Q). Over a cached history a continuation of 48-63 new tokens is faster
-# evaluated as 64, by giving back the last cached tokens (bench/kv_span.py, SmolLM2: 60 new tokens over 1,500
-# cached took 303 ms as they were and 174 ms as 64; below 48 the extra rows cost more than the tiles save).
-ATTENTION_TILE_ROWS = 64
-PAD_FROM_ROWS = 48
-
-
-def reuse_for_tiles(prompt_length: int, reuse: int) -> int:
-    """How much of a matched prefix to reuse: all of it, unless what is left to evaluate takes the tiled kernel
-    faster with a few more rows."""
-    left = prompt_length - reuse
-    if prompt_length >= ATTENTION_TILE_ROWS and PAD_FROM_ROWS <= left < ATTENTION_TILE_ROWS:
-        return prompt_length - ATTENTION_TILE_ROWS
-    return reuse
-
-
-def _fit(prompt_length: int, held: int, tiles: bool) -> int:
-    return reuse_for_tiles(prompt_length, held) if tiles else held
 
 
 def idle_token_budget(kv_cells: int) -> int:
@@ -76,7 +55,6 @@ class Admission:
     slot: int  # the sequence id the new sequence runs in
     reuse: int  # prompt tokens already in its cells
     restored: bool = False  # they came back from the host tier
-    cached: int = 0  # prompt tokens the cache held: `reuse`, and any given back to fill an attention tile
 
 
 class PrefixCache:
@@ -103,20 +81,13 @@ class PrefixCache:
     def tokens(self, slot: int) -> list[int]:
         return self._index.tokens(slot)
 
-    def admit(self, prompt: Sequence[int], salt: Hashable = None, tiles: bool = True) -> Admission:
+    def admit(self, prompt: Sequence[int], salt: Hashable = None) -> Admission:
         """Give prompt a sequence id holding as much of it as any tier has. One prompt token is always left to
-        evaluate, for its logits, and with `tiles` a few more where whole attention tiles are faster
-        (`reuse_for_tiles`; not for a prompt fed in chunks smaller than a tile)."""
+        evaluate, for its logits."""
         limit = max(len(prompt) - 1, 0)
-        restored = self._promote_from_host(prompt, salt, limit, tiles)
+        restored = self._promote_from_host(prompt, salt, limit)
         resident = self._index.longest(prompt, salt)
-        held = min(resident.length, limit) if resident is not None else 0
-        admission = self._place(prompt, salt, resident, _fit(len(prompt), held, tiles), restored)
-        return replace(admission, cached=held)
-
-    def _place(
-        self, prompt: Sequence[int], salt: Hashable, resident: Match[int] | None, reuse: int, restored: bool
-    ) -> Admission:
+        reuse = min(resident.length, limit) if resident is not None else 0
         if resident is None or reuse == 0:
             return self._start(self._vacant(), prompt, salt, 0)
         if resident.key in self._idle and resident.length == self.length(resident.key):
@@ -184,16 +155,16 @@ class PrefixCache:
         self._running.add(slot)
         return Admission(slot, reuse, restored)
 
-    def _promote_from_host(self, prompt: Sequence[int], salt: Hashable, limit: int, tiles: bool) -> bool:
+    def _promote_from_host(self, prompt: Sequence[int], salt: Hashable, limit: int) -> bool:
         """Bring the host tier's entry sharing the longest prefix with prompt back into the KV cache, whole, as an
-        idle sequence, when it saves at least a block more of the prompt than the KV cache does. An entry that
+        idle sequence, when it holds at least a block more of the prompt than the KV cache does. An entry that
         cannot be read, or does not fit even once every idle sequence is gone, is dropped."""
         match = self._host.longest(prompt, salt) if self._host is not None else None
         if match is None or self._host is None:
             return False
         resident = self._index.longest(prompt, salt)
         held = min(resident.length, limit) if resident is not None else 0
-        if _fit(len(prompt), min(match.length, limit), tiles) < _fit(len(prompt), held, tiles) + BLOCK:
+        if min(match.length, limit) < held + BLOCK:
             return False
         saved = self._host.take(match.key)
         state = read_state(saved.state) if isinstance(saved.state, Path) else saved.state

@@ -115,8 +115,7 @@ class BatchScheduler:
             self._load_adapter(inputs.adapter)
         sampler = Sampler(inputs.sampling, self._model.n_vocab, self._model.vocab)  # before a slot is claimed
         sampler.remember(prompt)
-        # A background prompt is fed in chunks smaller than an attention tile: padding it would only add rows.
-        placement = self._cache.admit(prompt, salt=inputs.adapter, tiles=not inputs.background)
+        placement = self._cache.admit(prompt, salt=inputs.adapter)
         self._running.append(
             Sequence(
                 request_id,
@@ -125,7 +124,7 @@ class BatchScheduler:
                 inputs.sampling,
                 sampler,
                 budget,
-                cached=placement.cached,
+                cached=placement.reuse,
                 fed=placement.reuse,
                 reasoning=self._reasoning_counter(prompt),
                 steering=steering,
@@ -139,7 +138,7 @@ class BatchScheduler:
                 "type": "started",
                 "id": request_id,
                 "prompt_tokens": len(prompt),
-                "cached_tokens": placement.cached,
+                "cached_tokens": placement.reuse,
             }
         )
 
