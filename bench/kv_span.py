@@ -26,12 +26,12 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/kv_span.py` from the root
 
 from bench.core import cpu_model, load_average, resolve_config, wait_for_quiet
 from cirrus.catalog import DEFAULT_MODEL
+from cirrus.runtime.llama import ContextShape, LlamaModel
 
 KV_CELLS = 8192
 SEQUENCES = 24
@@ -50,20 +50,7 @@ def tokens(count: int, seed: int) -> list[int]:
 
 class Probe:
     def __init__(self, path: str, threads: int, flash: bool = True) -> None:
-        import llama_cpp
-
-        from cirrus.runtime import llama
-
-        params = llama._context_params
-
-        def with_flash(shape: Any) -> Any:
-            context = params(shape)
-            off = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            context.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else off
-            return context
-
-        llama._context_params = with_flash
-        self.model = llama.LlamaModel(path, llama.ContextShape(KV_CELLS, SEQUENCES, threads))
+        self.model = LlamaModel(path, ContextShape(KV_CELLS, SEQUENCES, threads, flash_attention=flash))
         self.batch = self.model.batch_tokens
 
     def evaluate(self, sequence: int, start: int, ids: list[int]) -> None:

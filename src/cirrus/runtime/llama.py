@@ -30,6 +30,7 @@ class ContextShape:
     threads: int
     batch_tokens: int = 512
     embeddings: bool = False  # an embeddings context: pooled vectors per sequence instead of logits
+    flash_attention: bool = True  # off only to compare (bench/kv_span.py): batches are faster with it
 
 
 class LlamaModel:
@@ -243,7 +244,11 @@ def _context_params(shape: ContextShape) -> Any:
     params.n_threads = shape.threads
     params.n_threads_batch = shape.threads
     params.kv_unified = True  # one pool of cells for all sequences, so a shared prefix is stored once
-    params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED  # measured: +5-15% tokens/s on CPU here
+    params.flash_attn_type = (
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        if shape.flash_attention
+        else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
     if shape.embeddings:
         params.embeddings = True
         params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED  # the GGUF's own (MiniLM: mean)
