@@ -21,17 +21,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parent.parent)
-)  # `python bench/attention_builds.py` from the root
+# `python bench/attention_builds.py` from the root
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.core import cpu_model, load_average, resolve_config, wait_for_quiet
-from bench.kv_span import Figures, Probe, timed_ms, tokens
+from bench.kv_span import Figures, Probe, child_figures, timed_ms, tokens
 from cirrus.catalog import DEFAULT_MODEL
 
 HISTORIES = (300, 700, 1500)
@@ -71,13 +69,10 @@ def measure(build: str, path: str, threads: int) -> Figures:
         str(threads),
     ]
     env = dict(os.environ)
-    if (
-        build != "installed"
-    ):  # llama-cpp-python loads from LLAMA_CPP_LIB_PATH; its libraries' RUNPATH needs the other
+    # llama-cpp-python loads libllama from LLAMA_CPP_LIB_PATH; the libraries it links find each other by RUNPATH
+    if build != "installed":
         env.update(LLAMA_CPP_LIB_PATH=build, LD_LIBRARY_PATH=build)
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=True)
-    figures: Figures = json.loads(done.stdout.strip().splitlines()[-1])
-    return figures
+    return child_figures(command, env)
 
 
 def report(names: list[str], runs: dict[str, list[Figures]]) -> list[str]:

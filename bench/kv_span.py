@@ -144,7 +144,12 @@ def measure(case: str, path: str, threads: int) -> Figures:
         "--threads",
         str(threads),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
+    return child_figures(command)
+
+
+def child_figures(command: list[str], env: dict[str, str] | None = None) -> Figures:
+    """Run a child that prints its figures as JSON on its last line."""
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=True)
     figures: Figures = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
 
