@@ -11,7 +11,7 @@ runs SmolLM2 (`bench.kv_span.Probe`: 8,192 unified cells) and times, in ms:
 - a continuation: n new tokens evaluated over a cached history of 300, 700 or 1,500 tokens (what a later turn
   of a conversation costs), for n from 16 to 60, below the 64 rows from which ggml's CPU flash attention tiles;
 - fresh prompts of 100 and 512 tokens, and 100 new tokens over 700 (tiled, with a short last tile per head);
-- a decode step of 8 sequences over 700-token histories.
+- a decode step of 8 sequences over 700-token histories and of 16 over 400 (16 rows of different sequences).
 
 Prints each case's median per build and the first build's time over each other's (above 1: the other is faster),
 as the median of the per-round ratios.
@@ -50,10 +50,13 @@ def cases(probe: Probe) -> Figures:
     probe.clear()
     probe.evaluate(1, 0, history[:700])
     figures["100 new over 700"] = timed_ms(partial(probe.evaluate, 1, 700, tokens(100, 9)))
-    probe.clear()
-    for sequence in range(8):
-        probe.evaluate(sequence, 0, tokens(700, sequence))
-    figures["decode batch 8 over 700, per step"] = probe.decode_ms(list(range(8)), 700, 8)
+    for count, cached in ((8, 700), (16, 400)):
+        probe.clear()
+        for sequence in range(count):
+            probe.evaluate(sequence, 0, tokens(cached, sequence))
+        figures[f"decode batch {count} over {cached}, per step"] = probe.decode_ms(
+            list(range(count)), cached, 8
+        )
     return figures
 
 

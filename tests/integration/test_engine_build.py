@@ -1,9 +1,10 @@
 """The engine Cirrus builds (llama-cpp-python with engine/patches) computes what the stock engine computes.
 
-engine/patches speed up llama.cpp: a batched kernel for Q4_1 weights and a faster vocabulary load. Neither may
-change a result: a sequence decoded inside a batch gets bitwise the logits it gets alone, and every model's
-vocabulary (token texts, pieces, attributes, special tokens, tokenization) is the one the stock engine loads,
-whose fingerprint was recorded with the unpatched build.
+engine/patches speed up llama.cpp: a batched kernel for Q4_1 weights, a faster vocabulary load, flash attention in
+tiles. None may change a result: a sequence decoded inside a batch gets bitwise the logits it gets alone, a
+one-sequence batch shorter than a tile gets bitwise what its rows get as the first rows of a 64-row batch (patch
+0005: stock's tiled kernel computes both), and every model's vocabulary (token texts, pieces, attributes, special
+tokens, tokenization) is the one the stock engine loads, whose fingerprint was recorded with the unpatched build.
 """
 
 import ctypes
@@ -145,5 +146,31 @@ def test_q4_1_sequences_get_bitwise_the_same_logits_alone_and_in_a_batch() -> No
             [alone] = greedy_logits(model, [tokens], steps=12)
             for step, (a, b) in enumerate(zip(alone, together[sequence], strict=True)):
                 assert np.array_equal(a, b), f"prompt {sequence} differs at step {step}"
+    finally:
+        model.close()
+
+
+def rows_of(model: LlamaModel, history: list[int], new: list[int], padding: list[int]) -> list[np.ndarray]:
+    """The logits rows of `new`, evaluated in one batch after `history` and followed in it by `padding`."""
+    model.clear()
+    if history:
+        model.decode([(token, position, 0, False) for position, token in enumerate(history)])
+    start = len(history)
+    batch = [*new, *padding]
+    model.decode([(token, start + i, 0, i < len(new)) for i, token in enumerate(batch)])
+    return [model.logits(i).copy() for i in range(len(new))]
+
+
+@pytest.mark.parametrize(("cached", "new_rows"), [(0, 16), (0, 40), (300, 16), (300, 33), (300, 63)])
+def test_a_short_one_sequence_batch_gets_what_its_rows_get_in_a_tile(cached: int, new_rows: int) -> None:
+    model = LlamaModel(str(model_path(SMOLLM)), ContextShape(kv_cells=4096, sequences=8, threads=2))
+    try:
+        text = " ".join(PROMPTS * 20)
+        ids = model.tokenize(text, True)
+        history, new, padding = ids[:cached], ids[cached : cached + new_rows], ids[cached + new_rows :]
+        short = rows_of(model, history, new, [])
+        in_tile = rows_of(model, history, new, padding[: 64 - new_rows])
+        for row, (a, b) in enumerate(zip(short, in_tile, strict=True)):
+            assert np.array_equal(a, b), f"{new_rows} new rows over {cached}: row {row} differs"
     finally:
         model.close()

@@ -21,9 +21,12 @@ class FakeCells:
         self.room = True
         self.saveable = True
         self.saves = 0
+        self.events: list[str] = []  # "dropped N" and "restored N", in order
 
     def forget(self, sequence: int, keep: int) -> None:
         del self.held.setdefault(sequence, [])[keep:]
+        if keep == 0:
+            self.events.append(f"dropped {sequence}")
 
     def share(self, source: int, target: int, length: int) -> None:
         assert not self.held.get(target), "sharing into a sequence that still holds cells"
@@ -39,6 +42,7 @@ class FakeCells:
             self.held[sequence] = [-1]
             return False
         self.held[sequence] = json.loads(state)
+        self.events.append(f"restored {sequence}")
         return True
 
 
@@ -323,3 +327,45 @@ def test_idle_sequences_past_their_share_of_the_kv_cache_move_to_the_host_tier()
     assert cache.idle == 2 and len(host) == 2  # 2 x 40 idle tokens fit 100; the two oldest were saved
     _, reuse = run(cache, cells, [*conversation(1, 40), 5], answer=[])
     assert reuse == 40
+
+
+def test_an_idle_conversation_leaves_the_kv_cache_before_another_ones_history_is_restored() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    first, second = conversation(1, 200), conversation(2, 200)
+    run(cache, cells, first, answer=[])
+    second_slot, _ = run(cache, cells, second, answer=[])  # the first moves to the host tier
+    assert (
+        cache.idle == 1
+    )  # the one that just ended stays whole past the budget: its next turn may come first
+    cells.events.clear()
+    admission = cache.admit([*first, 7])
+    assert admission.reuse == len(first) and admission.restored
+    assert cells.events == [f"dropped {second_slot}", f"restored {admission.slot}"]
+    assert cache.idle == 0 and len(host) == 1  # the second is in the host tier now
+
+
+def test_the_idle_conversation_a_prompt_continues_stays_whole() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    slot, _ = run(cache, cells, conversation(1, 200), answer=[])
+    admission = cache.admit([*conversation(1, 200), 7])
+    assert (admission.slot, admission.reuse, cells.saves) == (slot, 200, 0)
+
+
+def test_an_idle_conversation_shared_from_for_its_system_prompt_leaves_once_shared() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    first, _ = run(cache, cells, [*SYSTEM, *conversation(1, 200)], answer=[])
+    admission = cache.admit([*SYSTEM, *conversation(2, 50)])
+    assert admission.reuse == len(SYSTEM) and cells.held[admission.slot] == SYSTEM
+    assert cells.held[first] == [] and cache.idle == 0 and len(host) == 1
+
+
+def test_idle_conversations_within_the_budget_stay_when_another_prompt_is_admitted() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    run(cache, cells, conversation(1, 40), answer=[])
+    run(cache, cells, conversation(2, 40), answer=[])
+    cache.admit(conversation(3, 40))
+    assert cache.idle == 2 and cells.saves == 0

@@ -11,14 +11,14 @@ every decode step a little (measured on SmolLM2: 32 idle conversations of 200 to
 speed), while restoring one from host memory costs about a millisecond.
 """
 
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from cirrus.runtime.disk_tier import read_state
 from cirrus.runtime.host_tier import MIN_TOKENS, HostTier, Saved, State
-from cirrus.runtime.prefix_index import BLOCK, PrefixIndex
+from cirrus.runtime.prefix_index import BLOCK, Match, PrefixIndex
 
 # Idle sequence ids kept beside each running one.
 IDLE_PER_RUNNING = 2
@@ -85,6 +85,9 @@ class PrefixCache:
         """Give prompt a sequence id holding as much of it as any tier has. One prompt token is always left to
         evaluate, for its logits."""
         limit = max(len(prompt) - 1, 0)
+        # The idle sequences this prompt does not start from, before a restore: the restored cells take theirs.
+        source = self._resident_source(prompt, salt, limit)
+        self._trim_idle([slot for slot in self._idle if slot != source])
         restored = self._promote_from_host(prompt, salt, limit)
         resident = self._index.longest(prompt, salt)
         reuse = min(resident.length, limit) if resident is not None else 0
@@ -96,6 +99,9 @@ class PrefixCache:
             self._idle[resident.key] = self._idle.pop(resident.key)
         slot = self._vacant(keep=resident.key)
         self._cells.share(resident.key, slot, reuse)
+        # What was shared from can go too, now that its shared cells are the new sequence's as well.
+        if resident.key in self._idle and self._idle_over_budget(self._idle):
+            self._empty.append(self._evict(resident.key))
         return self._start(slot, prompt, salt, reuse, restored)
 
     def extend(self, slot: int, tokens: Sequence[int]) -> None:
@@ -112,6 +118,8 @@ class PrefixCache:
             self._empty.append(slot)
 
     def _keep_idle_within_budget(self) -> None:
+        """The sequence that just ended stays whole even past the budget: its conversation's next turn is the
+        likeliest next prompt."""
         if self._idle_tokens is None:
             return
         held = sum(self.length(slot) for slot in self._idle)
@@ -119,6 +127,32 @@ class PrefixCache:
             oldest = next(iter(self._idle))
             held -= self.length(oldest)
             self._empty.append(self._evict(oldest))
+
+    def _trim_idle(self, candidates: list[int]) -> None:
+        """The candidates leave the KV cache in their order until those left fit the idle budget, even if only one
+        is left: attention over a new sequence would span their cells on every step (bench/kv_span.py)."""
+        while candidates and self._idle_over_budget(candidates):
+            self._empty.append(self._evict(candidates.pop(0)))
+
+    def _idle_over_budget(self, slots: Iterable[int]) -> bool:
+        return self._idle_tokens is not None and sum(self.length(slot) for slot in slots) > self._idle_tokens
+
+    def _resident_source(self, prompt: Sequence[int], salt: Hashable, limit: int) -> int | None:
+        """The sequence id whose cells the prompt will start from, unless the host tier holds a longer prefix."""
+        resident = self._index.longest(prompt, salt)
+        if resident is None or min(resident.length, limit) == 0:
+            return None
+        return None if self._host_match(prompt, salt, limit, resident.length) else resident.key
+
+    def _host_match(
+        self, prompt: Sequence[int], salt: Hashable, limit: int, resident_length: int
+    ) -> Match[int] | None:
+        """The host tier's entry sharing the longest prefix with prompt, when it holds at least a block more of
+        the prompt than the KV cache does."""
+        match = self._host.longest(prompt, salt) if self._host is not None else None
+        if match is None or min(match.length, limit) < min(resident_length, limit) + BLOCK:
+            return None
+        return match
 
     def snapshot(self) -> Iterator[Saved]:
         """What the cache holds beyond its running sequences, most recently used first, within the host tier's
@@ -159,12 +193,9 @@ class PrefixCache:
         """Bring the host tier's entry sharing the longest prefix with prompt back into the KV cache, whole, as an
         idle sequence, when it holds at least a block more of the prompt than the KV cache does. An entry that
         cannot be read, or does not fit even once every idle sequence is gone, is dropped."""
-        match = self._host.longest(prompt, salt) if self._host is not None else None
-        if match is None or self._host is None:
-            return False
         resident = self._index.longest(prompt, salt)
-        held = min(resident.length, limit) if resident is not None else 0
-        if min(match.length, limit) < held + BLOCK:
+        match = self._host_match(prompt, salt, limit, resident.length if resident is not None else 0)
+        if match is None or self._host is None:
             return False
         saved = self._host.take(match.key)
         state = read_state(saved.state) if isinstance(saved.state, Path) else saved.state
