@@ -3,13 +3,14 @@ llama-cpp-python's server.
 
 Usage: .venv/bin/python -m bench.conversations [--conversations 8,32] [--turns 6] [--levels 1,8]
            [--servers cirrus,llama-server,llama-cpp-python] [--max-tokens 64] [--quick] [--model @cf/...]
-           [--threads N] [--wait-quiet SECONDS]
+           [--threads N] [--pause-ms MS] [--wait-quiet SECONDS]
 
 Each turn's prompt is the conversation so far, as a chat client sends it: the system prompt, the earlier user
 messages with the server's own earlier answers, and a new user message. Conversations are interleaved turn by turn
 (conversation 0 turn 1, conversation 1 turn 1, ..., conversation 0 turn 2, ...); at concurrency c, c callers each
 take the next pending turn, a conversation's next turn only once its previous answer is in. Each server is
-started by the benchmark for each measurement and measured while the others are stopped.
+started by the benchmark for each measurement and measured while the others are stopped. With --pause-ms each
+caller waits after an answer before it takes the next turn, as people do, and the server idles in between.
 """
 
 import argparse
@@ -352,6 +353,7 @@ class Replay:
     server: str
     messages: list[list[str]]
     max_tokens: int
+    pause_s: float = 0.0  # a caller's wait after an answer before its next request
 
     def __post_init__(self) -> None:
         self.schedule = Schedule(len(self.messages), len(self.messages[0]))
@@ -375,6 +377,7 @@ class Replay:
             async with self.changed:
                 self.schedule.answered(conversation)
                 self.changed.notify_all()
+            await asyncio.sleep(self.pause_s)
 
 
 async def warm_up(client: httpx.AsyncClient, api: Api, server: str, concurrency: int) -> None:
@@ -388,23 +391,22 @@ async def warm_up(client: httpx.AsyncClient, api: Api, server: str, concurrency:
 
 
 async def session(
-    url: str, api: Api, server: str, messages: list[list[str]], concurrency: int, tokens: int
+    url: str, api: Api, server: str, messages: list[list[str]], concurrency: int, tokens: int, pause_s: float
 ) -> Run:
     async with async_client(url, concurrency) as client:
         await warm_up(client, api, server, concurrency)
-        replay = Replay(api, server, messages, tokens)
+        replay = Replay(api, server, messages, tokens, pause_s)
         await asyncio.gather(*(replay.caller(client) for _ in range(concurrency)))
     return Run(server, len(messages), concurrency, replay.answers)
 
 
 def measure_run(
-    config: Config, api: Api, server: str, messages: list[list[str]], concurrency: int, log: IO[str],
-    noisy: threading.Event,
+    config: Config, api: Api, server: str, messages: list[list[str]], concurrency: int, pause_s: float,
+    log: IO[str], noisy: threading.Event,
 ) -> Run:  # fmt: skip
     with server_url(server, config, log) as url:
-        return asyncio.run(
-            watched(session(url, api, server, messages, concurrency, config.max_tokens), noisy)
-        )
+        work = session(url, api, server, messages, concurrency, config.max_tokens, pause_s)
+        return asyncio.run(watched(work, noisy))
 
 
 # -- the whole run -----------------------------------------------------------------------------------------------
@@ -416,6 +418,7 @@ class Plan:
     turns: int
     levels: tuple[int, ...]
     servers: tuple[str, ...]
+    pause_s: float = 0.0
 
 
 def measure_all(config: Config, api: Api, plan: Plan, phases: Phases, log: IO[str]) -> list[Run]:
@@ -427,7 +430,7 @@ def measure_all(config: Config, api: Api, plan: Plan, phases: Phases, log: IO[st
             for server in plan.servers:
                 name = f"N={conversations} c={concurrency} {server}"
                 started = time.monotonic()
-                measure = partial(measure_run, config, api, server, messages, concurrency, log)
+                measure = partial(measure_run, config, api, server, messages, concurrency, plan.pause_s, log)
                 runs.append(phases.run(name, measure))
                 progress(f"{name}: measured in {time.monotonic() - started:.0f} s")
     return runs
@@ -555,7 +558,8 @@ def header(config: Config, plan: Plan, digest: str) -> list[str]:
         f"workload: conversations {', '.join(map(str, plan.conversations))} x {plan.turns} turns, concurrency "
         f"{', '.join(map(str, plan.levels))}; one system prompt ({len(SYSTEM_PROMPT.split())} words), distinct "
         f"user messages of {USER_WORDS[0]}-{USER_WORDS[1]} words; each turn sends the whole conversation so far "
-        "with the server's own earlier answers",
+        "with the server's own earlier answers"
+        + (f"; each caller pauses {plan.pause_s * 1000:.0f} ms after an answer" if plan.pause_s else ""),
         *server_commands(config, plan.servers),
         "each server started fresh for each (conversations, concurrency) and measured while the others are "
         f"stopped; warm-up first: c one-turn chats of {WARM_UP_TOKENS} tokens; TTFT from sending the request to "
@@ -591,6 +595,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated, among {','.join(SERVER_NAMES)} (default all)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="4 conversations x 3 turns at concurrency 1")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--pause-ms", type=float, default=0.0,
+                        help="each caller waits this long after an answer before its next request, as people "
+                        "read before they type; the server idles in between (default 0)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--host-cache-tokens", type=int, default=HOST_CACHE_TOKENS,
                         help="Cirrus's host tier for the chat models, in tokens (its catalog default is half the "
@@ -602,6 +609,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.turns is not None and args.turns < 1) or args.max_tokens < 2 or args.threads < 1:
         parser.error("--turns and --threads must be >= 1, --max-tokens >= 2")
+    if args.pause_ms < 0:
+        parser.error("--pause-ms must be >= 0")
     return args
 
 
@@ -609,7 +618,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     conversations = args.conversations or (QUICK_CONVERSATIONS if args.quick else DEFAULT_CONVERSATIONS)
     turns = args.turns or (QUICK_TURNS if args.quick else DEFAULT_TURNS)
     levels = args.levels or (QUICK_LEVELS if args.quick else DEFAULT_LEVELS)
-    return Plan(conversations, turns, levels, args.servers)
+    return Plan(conversations, turns, levels, args.servers, args.pause_ms / 1000)
 
 
 @contextlib.contextmanager

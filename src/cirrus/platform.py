@@ -21,6 +21,7 @@ from cirrus.observability.metrics import Metrics
 from cirrus.observability.pool_collector import PoolSource
 from cirrus.pool import Pool
 from cirrus.pool.launcher import ProcessLauncher
+from cirrus.pool.prefix_folders import prefix_cache_root, remove_stale_folders
 from cirrus.service import Backend, InferenceService
 from cirrus.store.gguf import MetaValue
 
@@ -152,6 +153,7 @@ class Platform:
                 self._background.append(asyncio.create_task(self._prewarm_pinned(entry.spec.id)))
         present = [entry.spec for entry in self.catalog.entries() if self.catalog.is_present(entry.spec)]
         self._background.append(asyncio.create_task(self._learn_models(present)))
+        self._background.append(asyncio.create_task(self._remove_stale_prefix_folders()))
 
     async def _learn_models(self, specs: list[ModelSpec]) -> None:
         """Read the GGUF metadata a model's first request needs before its cold start (memory estimate, chat
@@ -159,6 +161,12 @@ class Platform:
         for spec in specs:
             with contextlib.suppress(Exception):
                 await self.launcher.estimate(spec)
+
+    async def _remove_stale_prefix_folders(self) -> None:
+        try:
+            await asyncio.to_thread(remove_stale_folders, prefix_cache_root(self.settings.state_dir))
+        except OSError:  # the state folder unreadable: nothing removed, nothing else affected
+            log.exception("could not look for stale prefix-cache folders")
 
     async def _prewarm_pinned(self, model_id: str) -> None:
         try:

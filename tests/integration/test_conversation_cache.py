@@ -9,6 +9,7 @@ import pytest
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
+from cirrus.pool.prefix_folders import folder_for, prefix_cache_root
 from tests.integration.conftest import SMOLLM
 from tests.integration.server import running_server
 from tests.integration.test_batching import catalog
@@ -67,7 +68,13 @@ def test_conversations_evicted_from_the_kv_cache_come_back_from_host_memory(tmp_
 
 @pytest.mark.integration
 def test_a_conversation_continues_from_disk_after_its_model_scaled_to_zero(tmp_path: Path) -> None:
+    """...and the server, as it starts, removes the prefix cache kept for weights that are gone."""
     path = catalog(tmp_path, parallel=2, context_window=1024)
+    removed_weights = tmp_path / "removed.gguf"
+    removed_weights.write_bytes(b"weights removed since")
+    stale = folder_for(prefix_cache_root(tmp_path / "state"), removed_weights)
+    (stale / "entry.kv").write_bytes(b"a state computed by the removed weights")
+    removed_weights.unlink()
     with running_server(tmp_path, "--catalog", str(path)) as server:
         client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
         [turns] = replay(client, conversations=1, turns=1)
@@ -83,3 +90,5 @@ def test_a_conversation_continues_from_disk_after_its_model_scaled_to_zero(tmp_p
         [(prompt_tokens, _)] = turns
         assert answer.usage.prompt_tokens_details.cached_tokens == prompt_tokens - 1
         assert len(server.instances()) == 1
+    assert not stale.exists()
+    assert [folder.name for folder in (tmp_path / "state" / "prefix-cache").iterdir()] != []

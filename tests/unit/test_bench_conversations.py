@@ -2,6 +2,7 @@
 chat endpoint (the real servers are measured by running bench/conversations.py itself)."""
 
 import asyncio
+import itertools
 import json
 import statistics
 from typing import Any
@@ -17,8 +18,10 @@ from bench.conversations import (
     Schedule,
     cached_share,
     chat_messages,
+    parse_args,
     parse_servers,
     percentile,
+    plan_of,
     prompt_counts,
     ratio_lines,
     user_message,
@@ -206,3 +209,18 @@ def test_a_replay_sends_each_conversation_its_own_history_with_the_servers_answe
         assert [(a.conversation, a.turn) for a in replay.answers] == [
             (c, t) for t in range(3) for c in range(4)
         ]
+
+
+def test_a_caller_pauses_after_each_answer_before_its_next_request() -> None:
+    seen: list[list[dict[str, str]]] = []
+    replay = Replay(Api("@cf/test", chat=True), CIRRUS, workload(2, 2), 8, pause_s=0.05)
+
+    async def run() -> None:
+        async with httpx.AsyncClient(transport=fake_chat(seen), base_url="http://fake") as client:
+            await replay.caller(client)
+
+    asyncio.run(run())
+    sends = sorted(answer.sent for answer in replay.answers)
+    assert len(sends) == 4 and all(later - earlier >= 0.05 for earlier, later in itertools.pairwise(sends))
+    args = parse_args(["--pause-ms", "250"])
+    assert plan_of(args).pause_s == pytest.approx(0.25)

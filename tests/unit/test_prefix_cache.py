@@ -342,7 +342,8 @@ def test_an_idle_conversation_leaves_the_kv_cache_before_another_ones_history_is
     admission = cache.admit([*first, 7])
     assert admission.reuse == len(first) and admission.restored
     assert cells.events == [f"dropped {second_slot}", f"restored {admission.slot}"]
-    assert cache.idle == 0 and len(host) == 1  # the second is in the host tier now
+    # The second is in the host tier now, and so is the first still: were it to leave again, no save.
+    assert cache.idle == 0 and len(host) == 2
 
 
 def test_the_idle_conversation_a_prompt_continues_stays_whole() -> None:
@@ -369,3 +370,70 @@ def test_idle_conversations_within_the_budget_stay_when_another_prompt_is_admitt
     run(cache, cells, conversation(2, 40), answer=[])
     cache.admit(conversation(3, 40))
     assert cache.idle == 2 and cells.saves == 0
+
+
+def test_an_idle_conversation_past_the_budget_is_saved_ahead_and_then_leaves_without_a_save() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    first = conversation(1, 200)
+    first_slot, _ = run(cache, cells, first, answer=[])
+    assert cache.save_ahead() and (cells.saves, len(host), cache.idle) == (1, 1, 1)
+    assert not cache.save_ahead()  # the host tier holds it already
+    cells.events.clear()
+    cache.admit(conversation(2, 50))
+    assert cells.saves == 1 and cells.events == [f"dropped {first_slot}"]
+    admission = cache.admit([*first, 7])
+    assert admission.reuse == len(first) and admission.restored
+
+
+def test_a_conversation_saved_ahead_continues_in_place() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    slot, _ = run(cache, cells, conversation(1, 200), answer=[])
+    assert cache.save_ahead()
+    cells.events.clear()
+    admission = cache.admit([*conversation(1, 200), 7])
+    assert (admission.slot, admission.reuse, admission.restored, cells.events) == (slot, 200, False, [])
+
+
+def test_nothing_is_saved_ahead_within_the_budget_or_without_a_host_tier() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    run(cache, cells, conversation(1, 40), answer=[])
+    run(cache, cells, conversation(2, 40), answer=[])
+    assert not cache.save_ahead() and cells.saves == 0
+    bare_cells = FakeCells()
+    bare = PrefixCache(bare_cells, 12)
+    run(bare, bare_cells, conversation(3, 200), answer=[])
+    assert not bare.save_ahead() and bare_cells.saves == 0
+
+
+def test_a_snapshot_holds_a_conversation_saved_ahead_once_without_saving_it_again() -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    run(cache, cells, conversation(1, 200), answer=[])
+    assert cache.save_ahead()
+    assert [len(saved.tokens) for saved in cache.snapshot()] == [200] and cells.saves == 1
+
+
+def test_a_full_host_tier_keeps_the_entry_a_prompt_restores_while_idle_ones_move_in() -> None:
+    """The idle sequences leave for the host tier before the restore; the entry the prompt needs, the tier's least
+    recently used, is read before they can push it out."""
+    cells, host = FakeCells(), HostTier(capacity_tokens=300)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    first = conversation(1, 200)
+    run(cache, cells, first, answer=[])
+    run(cache, cells, conversation(2, 120), answer=[])  # the first moves to the host tier
+    assert cache.idle == 1 and len(host) == 1
+    admission = cache.admit([*first, 7])
+    assert admission.reuse == len(first) and admission.restored
+
+
+def test_an_unreadable_host_entry_leaves_the_prompt_its_resident_prefix(tmp_path: Path) -> None:
+    cells, host = FakeCells(), HostTier(capacity_tokens=10_000)
+    cache = PrefixCache(cells, 12, host, idle_tokens=100)
+    history = conversation(1, 200)
+    run(cache, cells, history, answer=[])
+    host.put([*history, *conversation(9, 64)], None, tmp_path / "removed-by-another-instance.kv")
+    admission = cache.admit([*history, *conversation(9, 64), 7])
+    assert (admission.reuse, admission.restored, len(host)) == (200, False, 0)

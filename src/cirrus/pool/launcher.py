@@ -1,7 +1,6 @@
 """Start real worker processes for catalog models, and estimate their memory before doing so."""
 
 import asyncio
-import hashlib
 import os
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from cirrus.pool.memory import (
     estimate_instance,
     longest_text,
 )
+from cirrus.pool.prefix_folders import folder_for, prefix_cache_root
 from cirrus.runtime.process import LoadOptions, WorkerProcess
 from cirrus.runtime.spares import SpareWorkers
 from cirrus.store.blobs import BlobError
@@ -120,14 +120,13 @@ class ProcessLauncher:
     async def estimate_bytes(self, spec: ModelSpec) -> int:
         return (await self.estimate(spec)).total
 
-    def prefix_cache_dir(self, weights: Path) -> Path:
+    def prefix_cache_dir(self, spec: ModelSpec, weights: Path) -> str | None:
         """Where an instance's prefix cache is kept for the next one (runtime.disk_tier): one folder per weights
-        file, as it is now, since a saved KV state is only valid for the weights that computed it."""
-        stat = weights.stat()
-        identity = f"{weights.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
-        return (
-            self._settings.state_dir / "prefix-cache" / hashlib.blake2b(identity, digest_size=8).hexdigest()
-        )
+        file, as it is now, since a saved KV state is only valid for the weights that computed it. None for a
+        model without a host tier (embeddings, `host_cache_tokens = 0`): it keeps nothing."""
+        if spec.host_cache_cells <= 0 or spec.task == "text-embeddings":
+            return None
+        return str(folder_for(prefix_cache_root(self._settings.state_dir), weights))
 
     async def launch(self, spec: ModelSpec) -> WorkerProcess:
         await self.estimate(spec)
@@ -139,7 +138,7 @@ class ProcessLauncher:
             parallel=spec.parallel,
             kv_cells=spec.kv_cells,
             host_cache_tokens=spec.host_cache_cells,
-            prefix_cache_dir=str(self.prefix_cache_dir(await self.artifact_path(spec))),
+            prefix_cache_dir=self.prefix_cache_dir(spec, await self.artifact_path(spec)),
             # The worker compiles it while the model loads, rather than read it from the loaded model first.
             chat_template=template if isinstance(template, str) else None,
             embeddings=spec.task == "text-embeddings",

@@ -81,8 +81,10 @@ def write_snapshot(
     """Write the entries (most valuable first; states as bytes, or as the entry file they are already in) and
     remove those of `replaces` (what this instance read at its start) that are no longer among them; entries
     other instances wrote are left alone. Writing stops at the time limit: a stopping instance holds its memory
-    until it exits, and a cold start may be waiting for that memory. Returns how many entries were kept."""
-    folder.mkdir(parents=True, exist_ok=True)
+    until it exits, and a cold start may be waiting for that memory. Returns how many entries were kept. A folder
+    that is gone is not made again: it was removed for weights that changed (pool/prefix_folders.py)."""
+    if not folder.is_dir():
+        return 0
     _remove_abandoned_partials(folder)
     deadline = time.monotonic() + time_limit_s
     kept: set[Path] = set()

@@ -70,6 +70,9 @@ class EmbeddingEngine:
     def submit(self, frame: Frame) -> None:
         self._waiting.append(frame)
 
+    def work_while_idle(self) -> bool:
+        return False
+
     def step(self) -> None:
         self._confirm_cancelled()
         if not self._waiting:

@@ -67,11 +67,16 @@ class HostTier:
     def newest_first(self) -> Iterator[Saved]:
         return reversed(self._entries.values())
 
-    def take(self, entry: int) -> Saved:
-        """Remove an entry to restore it (it lives in the KV cache again, and comes back here when evicted)."""
-        saved = self._entries[entry]
-        self._drop(entry)
-        return saved
+    def used(self, entry: int) -> Saved:
+        """An entry about to be restored, now the most recently used. It stays: while its tokens are here, moving
+        the restored sequence out of the KV cache again costs no save."""
+        self._entries.move_to_end(entry)
+        return self._entries[entry]
+
+    def drop(self, entry: int) -> None:
+        """Forget an entry that cannot be restored (unreadable, or too big for the KV cache), if still held."""
+        if entry in self._entries:
+            self._drop(entry)
 
     def _drop(self, entry: int) -> None:
         saved = self._entries.pop(entry)

@@ -85,10 +85,12 @@ class PrefixCache:
         """Give prompt a sequence id holding as much of it as any tier has. One prompt token is always left to
         evaluate, for its logits."""
         limit = max(len(prompt) - 1, 0)
-        # The idle sequences this prompt does not start from, before a restore: the restored cells take theirs.
-        source = self._resident_source(prompt, salt, limit)
+        # The state is read before anything moves to the host tier, which could push the entry out of it.
+        fetched = self._fetch_from_host(prompt, salt, limit)
+        # The idle sequences this prompt will not start from leave before a restore: its cells take theirs.
+        source = None if fetched is not None else self._resident_key(prompt, salt, limit)
         self._trim_idle([slot for slot in self._idle if slot != source])
-        restored = self._promote_from_host(prompt, salt, limit)
+        restored = fetched is not None and self._restore(*fetched)
         resident = self._index.longest(prompt, salt)
         reuse = min(resident.length, limit) if resident is not None else 0
         if resident is None or reuse == 0:
@@ -128,6 +130,24 @@ class PrefixCache:
             held -= self.length(oldest)
             self._empty.append(self._evict(oldest))
 
+    def save_ahead(self) -> bool:
+        """While the engine has nothing to run: save to the host tier the next idle sequence that a prompt
+        continuing none of them would move there (`_trim_idle`), and leave it where it is. Its eviction then costs
+        no save (the host tier holds its tokens already), and the save is off the next request's path. A prompt
+        that continues it still finds it in place. False when nothing is left to save, or a save failed."""
+        if self._host is None:
+            return False
+        candidates = list(self._idle)
+        while candidates and self._idle_over_budget(candidates):
+            slot = candidates.pop(0)
+            tokens, salt = self._index.tokens(slot), self._index.salt(slot)
+            if self._host.worth_keeping(tokens, salt):
+                state = self._cells.save(slot)
+                if state is not None:
+                    self._host.put(tokens, salt, state)
+                return state is not None
+        return False
+
     def _trim_idle(self, candidates: list[int]) -> None:
         """The candidates leave the KV cache in their order until those left fit the idle budget, even if only one
         is left: attention over a new sequence would span their cells on every step (bench/kv_span.py)."""
@@ -137,12 +157,10 @@ class PrefixCache:
     def _idle_over_budget(self, slots: Iterable[int]) -> bool:
         return self._idle_tokens is not None and sum(self.length(slot) for slot in slots) > self._idle_tokens
 
-    def _resident_source(self, prompt: Sequence[int], salt: Hashable, limit: int) -> int | None:
-        """The sequence id whose cells the prompt will start from, unless the host tier holds a longer prefix."""
+    def _resident_key(self, prompt: Sequence[int], salt: Hashable, limit: int) -> int | None:
+        """The sequence id whose cells the prompt starts from, if any."""
         resident = self._index.longest(prompt, salt)
-        if resident is None or min(resident.length, limit) == 0:
-            return None
-        return None if self._host_match(prompt, salt, limit, resident.length) else resident.key
+        return resident.key if resident is not None and min(resident.length, limit) > 0 else None
 
     def _host_match(
         self, prompt: Sequence[int], salt: Hashable, limit: int, resident_length: int
@@ -160,17 +178,20 @@ class PrefixCache:
         if self._host is None:
             return
         budget = self._host.capacity_tokens
-        for saved in (*self._saved_idle(budget), *self._host.newest_first()):
+        for saved in (*self._saved_idle(self._host, budget), *self._host.newest_first()):
             if len(saved.tokens) <= budget:
                 budget -= len(saved.tokens)
                 yield saved
 
-    def _saved_idle(self, budget: int) -> Iterator[Saved]:
+    def _saved_idle(self, host: HostTier, budget: int) -> Iterator[Saved]:
         """The idle sequences within budget, most recently used first, saved now (any the engine cannot save is
-        left out)."""
+        left out, and so is any the host tier holds already: saved ahead)."""
         for slot in reversed(self._idle):
-            if MIN_TOKENS <= self.length(slot) <= budget and (state := self._cells.save(slot)) is not None:
-                yield Saved(tuple(self.tokens(slot)), self._index.salt(slot), state)
+            tokens, salt = self.tokens(slot), self._index.salt(slot)
+            if not (MIN_TOKENS <= len(tokens) <= budget and host.worth_keeping(tokens, salt)):
+                continue
+            if (state := self._cells.save(slot)) is not None:
+                yield Saved(tuple(tokens), salt, state)
 
     def evict_one(self) -> bool:
         """Free the least recently used idle sequence's cells (the KV cache is full). False if none is idle."""
@@ -189,19 +210,30 @@ class PrefixCache:
         self._running.add(slot)
         return Admission(slot, reuse, restored)
 
-    def _promote_from_host(self, prompt: Sequence[int], salt: Hashable, limit: int) -> bool:
-        """Bring the host tier's entry sharing the longest prefix with prompt back into the KV cache, whole, as an
-        idle sequence, when it holds at least a block more of the prompt than the KV cache does. An entry that
-        cannot be read, or does not fit even once every idle sequence is gone, is dropped."""
+    def _fetch_from_host(
+        self, prompt: Sequence[int], salt: Hashable, limit: int
+    ) -> tuple[int, Saved, State] | None:
+        """The host tier's entry sharing the longest prefix with prompt, and its state, when it holds at least a
+        block more of the prompt than the KV cache does. An entry that cannot be read is dropped."""
         resident = self._index.longest(prompt, salt)
         match = self._host_match(prompt, salt, limit, resident.length if resident is not None else 0)
         if match is None or self._host is None:
-            return False
-        saved = self._host.take(match.key)
+            return None
+        saved = self._host.used(match.key)
         state = read_state(saved.state) if isinstance(saved.state, Path) else saved.state
+        if state is None:
+            self._host.drop(match.key)
+            return None
+        return match.key, saved, state
+
+    def _restore(self, entry: int, saved: Saved, state: State) -> bool:
+        """Bring a host entry back into the KV cache, whole, as an idle sequence. One that does not fit even once
+        every idle sequence is gone is dropped."""
         slot = self._vacant()
-        if state is None or not self._restore_into(slot, state):
+        if not self._restore_into(slot, state):
             self._empty.append(slot)
+            if self._host is not None:
+                self._host.drop(entry)
             return False
         self._index.put(slot, saved.tokens, saved.salt)
         self._idle[slot] = None

@@ -72,6 +72,11 @@ class BatchScheduler:
     def set_threads(self, threads: int) -> None:
         self._model.set_threads(threads)
 
+    def work_while_idle(self) -> bool:
+        """With nothing to run, save ahead one idle sequence the prefix cache would evict next; False when there
+        is nothing left to do."""
+        return not self.busy and self._cache.save_ahead()
+
     def submit(self, frame: Frame) -> None:
         if frame["type"] == "count":  # rendered and tokenized only: answered now, without a slot
             self._send(counted(self._prompts, frame))

@@ -59,6 +59,10 @@ class Engine(Protocol):
 
     def step(self) -> None: ...
 
+    def work_while_idle(self) -> bool:
+        """One piece of work that waits for the engine to be idle; False when none is left."""
+        ...
+
     def set_threads(self, threads: int) -> None: ...
 
 
@@ -83,13 +87,19 @@ class Worker:
         if engine is None:
             return
         threading.Thread(target=self._read_loop, name="frame-reader", daemon=True).start()
-        while self._take_frames(engine, block=not engine.busy):
+        while self._take_frames(engine, block=self._nothing_to_do(engine)):
             threads, self._threads = self._threads, None
             if threads is not None:
                 engine.set_threads(threads)
-            engine.step()
-            self._count_step()
+            if engine.busy:
+                engine.step()
+                self._count_step()
         self._keep_prefixes()
+
+    def _nothing_to_do(self, engine: Engine) -> bool:
+        """Idle work goes one piece at a time, new frames looked at in between: a request waits for one piece at
+        most."""
+        return not engine.busy and not engine.work_while_idle()
 
     def _keep_prefixes(self) -> None:
         if self._prefixes is not None:
