@@ -4,7 +4,8 @@ One model per process. The engine is imported as the process starts, before the 
 so a process started ahead of need (a spare) pays only for mapping weights when a cold start comes. A reader
 thread takes frames off the socket, so a cancel arrives while the main thread is decoding; the main thread runs
 the engine (the batch scheduler for generation and token counts, the embedding engine for embeddings) one step
-at a time while there is work. The reader thread also answers the server's heartbeat (`ping`) with how many steps
+at a time while there is work, and once idle for a moment saves ahead what the prefix cache will move out
+(`runtime.idle_work`). The reader thread also answers the server's heartbeat (`ping`) with how many steps
 the main thread has completed, so the server can tell a stopped process (no answer) from a stuck engine (no
 progress).
 """
@@ -17,6 +18,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +33,7 @@ from cirrus.runtime.embedding import BATCH_SEQUENCES
 from cirrus.runtime.encoder import EmbeddingEngine
 from cirrus.runtime.frames import Frame
 from cirrus.runtime.host_tier import HostTier
+from cirrus.runtime.idle_work import IdleWork
 from cirrus.runtime.llama import ContextShape, LlamaModel
 from cirrus.runtime.load_ahead import LoadAhead
 from cirrus.runtime.prefix_cache import PrefixCache, idle_token_budget, sequence_ids
@@ -81,13 +84,14 @@ class Worker:
         self._steps = 0
         # Where the prefix cache is kept when this worker stops, and read back by the next one (disk_tier).
         self._prefixes: tuple[Path, PrefixCache, list[Path]] | None = None
+        self._idle = IdleWork(time.monotonic)  # when idle time goes to saving ahead (runtime.idle_work)
 
     def serve(self) -> None:
         engine = self._load()
         if engine is None:
             return
         threading.Thread(target=self._read_loop, name="frame-reader", daemon=True).start()
-        while self._take_frames(engine, block=self._nothing_to_do(engine)):
+        while self._take_frames(engine, self._idle.wait_s(engine.busy, engine.work_while_idle)):
             threads, self._threads = self._threads, None
             if threads is not None:
                 engine.set_threads(threads)
@@ -95,11 +99,6 @@ class Worker:
                 engine.step()
                 self._count_step()
         self._keep_prefixes()
-
-    def _nothing_to_do(self, engine: Engine) -> bool:
-        """Idle work goes one piece at a time, new frames looked at in between: a request waits for one piece at
-        most."""
-        return not engine.busy and not engine.work_while_idle()
 
     def _keep_prefixes(self) -> None:
         if self._prefixes is not None:
@@ -112,17 +111,18 @@ class Worker:
     def _count_step(self) -> None:
         self._steps += 1
 
-    def _take_frames(self, engine: Engine, block: bool) -> bool:
-        """Hand new requests to the scheduler. False once told to shut down."""
+    def _take_frames(self, engine: Engine, wait_s: float | None) -> bool:
+        """Hand new requests to the scheduler, waiting up to wait_s for the first (None: until one comes). False
+        once told to shut down."""
         while True:
             try:
-                frame = self._inbox.get(block=block)
+                frame = self._inbox.get(block=wait_s != 0.0, timeout=wait_s)
             except queue.Empty:
                 return True
             if frame is SHUTDOWN:
                 return False
             engine.submit(frame)
-            block = False
+            wait_s = 0.0
 
     def _load(self) -> Engine | None:
         frame = self._channel.recv()
