@@ -44,3 +44,16 @@ def test_a_request_within_the_grace_starts_it_again() -> None:
     assert idle.wait_s(busy=True, work=work) == 0.0  # the next request came: nothing was saved for nothing
     clock.now += 0.25
     assert idle.wait_s(busy=False, work=work) == 0.5 and work.done == 0
+
+
+def test_work_that_keeps_finding_more_stops_at_the_cap_until_the_engine_ran_again() -> None:
+    clock, work = Clock(), Work(pieces=1000)
+    idle = IdleWork(clock, grace_s=0.5, max_pieces=3)
+    idle.wait_s(busy=False, work=work)
+    clock.now += 0.5
+    assert [idle.wait_s(busy=False, work=work) for _ in range(5)] == [0.0, 0.0, 0.0, None, None]
+    assert work.done == 3
+    idle.wait_s(busy=True, work=work)
+    idle.wait_s(busy=False, work=work)
+    clock.now += 0.5
+    assert idle.wait_s(busy=False, work=work) == 0.0 and work.done == 4
