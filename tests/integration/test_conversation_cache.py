@@ -2,6 +2,7 @@
 conversations than the engine runs at once, interleaved, each turn sending the earlier turns back (the
 server's own answers included), as a chat client does."""
 
+import json
 from pathlib import Path
 
 import httpx
@@ -9,7 +10,7 @@ import pytest
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from cirrus.pool.prefix_folders import folder_for, prefix_cache_root
+from cirrus.pool.prefix_folders import OWNER_FILE, folder_for, prefix_cache_root
 from tests.integration.conftest import SMOLLM
 from tests.integration.server import running_server
 from tests.integration.test_batching import catalog
@@ -91,4 +92,5 @@ def test_a_conversation_continues_from_disk_after_its_model_scaled_to_zero(tmp_p
         assert answer.usage.prompt_tokens_details.cached_tokens == prompt_tokens - 1
         assert len(server.instances()) == 1
     assert not stale.exists()
-    assert [folder.name for folder in (tmp_path / "state" / "prefix-cache").iterdir()] != []
+    [kept] = (tmp_path / "state" / "prefix-cache").iterdir()  # the served model's, which it continued from
+    assert Path(json.loads((kept / OWNER_FILE).read_text())["path"]).is_file()

@@ -135,24 +135,21 @@ class PrefixCache:
         continuing none of them would move there (`_trim_idle`), and leave it where it is. Its eviction then costs
         no save (the host tier holds its tokens already), and the save is off the next request's path. A prompt
         that continues it still finds it in place. False when nothing is left to save, or a save failed."""
-        if self._host is None:
-            return False
-        candidates = list(self._idle)
-        while candidates and self._idle_over_budget(candidates):
-            slot = candidates.pop(0)
-            tokens, salt = self._index.tokens(slot), self._index.salt(slot)
-            if self._host.worth_keeping(tokens, salt):
-                state = self._cells.save(slot)
-                if state is not None:
-                    self._host.put(tokens, salt, state)
-                return state is not None
+        for slot in self._beyond_budget(list(self._idle)):
+            if self._worth_keeping(slot):
+                return self._save_to_host(slot)
         return False
 
     def _trim_idle(self, candidates: list[int]) -> None:
         """The candidates leave the KV cache in their order until those left fit the idle budget, even if only one
         is left: attention over a new sequence would span their cells on every step (bench/kv_span.py)."""
+        for slot in self._beyond_budget(candidates):
+            self._empty.append(self._evict(slot))
+
+    def _beyond_budget(self, candidates: list[int]) -> Iterator[int]:
+        """The candidates, in their order, until those left fit the idle budget."""
         while candidates and self._idle_over_budget(candidates):
-            self._empty.append(self._evict(candidates.pop(0)))
+            yield candidates.pop(0)
 
     def _idle_over_budget(self, slots: Iterable[int]) -> bool:
         return self._idle_tokens is not None and sum(self.length(slot) for slot in slots) > self._idle_tokens
@@ -264,11 +261,20 @@ class PrefixCache:
     def _evict(self, slot: int) -> int:
         """Drop an idle sequence's cells, saving them to the host tier first when that tier would keep them."""
         del self._idle[slot]
-        tokens, salt = self._index.tokens(slot), self._index.salt(slot)
-        if self._host is not None and self._host.worth_keeping(tokens, salt):
-            state = self._cells.save(slot)
-            if state is not None:
-                self._host.put(tokens, salt, state)
+        if self._worth_keeping(slot):
+            self._save_to_host(slot)
         self._cells.forget(slot, 0)
         self._index.remove(slot)
         return slot
+
+    def _worth_keeping(self, slot: int) -> bool:
+        """The host tier would keep this sequence (it has no host tier: no)."""
+        return self._host is not None and self._host.worth_keeping(self.tokens(slot), self._index.salt(slot))
+
+    def _save_to_host(self, slot: int) -> bool:
+        """Save a sequence's cells to the host tier, the sequence staying where it is; False if the engine could
+        not."""
+        if self._host is None or (state := self._cells.save(slot)) is None:
+            return False
+        self._host.put(self.tokens(slot), self._index.salt(slot), state)
+        return True
