@@ -11,7 +11,9 @@ runs SmolLM2 (`bench.kv_span.Probe`: 8,192 unified cells) and times, in ms:
 - a continuation: n new tokens evaluated over a cached history of 300, 700 or 1,500 tokens (what a later turn
   of a conversation costs), for n from 16 to 60, below the 64 rows from which ggml's CPU flash attention tiles;
 - fresh prompts of 100 and 512 tokens, and 100 new tokens over 700 (tiled, with a short last tile per head);
-- a decode step of 8 sequences over 700-token histories and of 16 over 400 (16 rows of different sequences).
+- a decode step of 8 sequences over 700-token histories and of 16 over 400 (16 rows of different sequences);
+- a decode step of one sequence over 100 and 700 tokens, alone in the cache and behind 400 or 2,048 cells of idle
+  conversations (what a single stream costs while the prefix cache keeps other conversations).
 
 Prints each case's median per build and the first build's time over each other's (above 1: the other is faster),
 as the median of the per-round ratios.
@@ -29,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.core import cpu_model, load_average, resolve_config, wait_for_quiet
-from bench.kv_span import Figures, Probe, child_figures, timed_ms, tokens
+from bench.kv_span import Figures, Probe, child_figures, hold_idle, timed_ms, tokens
 from cirrus.catalog import DEFAULT_MODEL
 
 HISTORIES = (300, 700, 1500)
@@ -57,6 +59,11 @@ def cases(probe: Probe) -> Figures:
         figures[f"decode batch {count} over {cached}, per step"] = probe.decode_ms(
             list(range(count)), cached, 8
         )
+    for cached, idle in ((100, 0), (100, 400), (700, 0), (700, 2048)):
+        probe.clear()
+        hold_idle(probe, idle)
+        probe.evaluate(1, 0, history[:cached])
+        figures[f"decode alone over {cached}, {idle} idle, per step"] = probe.decode_ms([1], cached, 16)
     return figures
 
 

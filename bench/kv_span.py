@@ -77,12 +77,18 @@ def timed_ms(action: Callable[[], None]) -> float:
     return (time.perf_counter() - began) * 1e3
 
 
+def hold_idle(probe: Probe, cells: int) -> None:
+    """Fill `cells` KV cells with idle conversations of up to 700 tokens (sequences 2, 3, ...), as the prefix cache
+    keeps them; a sequence evaluated after them lies in the cells past theirs."""
+    for number, left in enumerate(range(cells, 0, -700)):
+        probe.evaluate(2 + number, 0, tokens(min(700, left), 2 + number))
+
+
 def idle_case(probe: Probe) -> Figures:
     figures: Figures = {}
     for idle in IDLE_CELLS:
         probe.clear()
-        for number, left in enumerate(range(idle, 0, -700)):
-            probe.evaluate(2 + number, 0, tokens(min(700, left), 2 + number))
+        hold_idle(probe, idle)
         probe.evaluate(1, 0, tokens(700, 1))
         figures[f"60 new over 700, {idle} idle: prefill"] = timed_ms(
             lambda: probe.evaluate(1, 700, tokens(60, 9))

@@ -174,3 +174,56 @@ def test_a_short_one_sequence_batch_gets_what_its_rows_get_in_a_tile(cached: int
             assert np.array_equal(a, b), f"{new_rows} new rows over {cached}: row {row} differs"
     finally:
         model.close()
+
+
+def decode_logits(
+    model: LlamaModel, history: list[int], other: list[int], steps: int, other_decodes: bool = False
+) -> list[np.ndarray]:
+    """The logits of `steps` one-token decodes of a sequence after `history`, with `other` cells of a second sequence
+    evaluated first (so that they lie before the first sequence's cells), idle or, with `other_decodes`, decoding a
+    token in the same batch at each step. Both histories are fed 8 rows at a time: below 16 rows a batch takes the
+    row kernel, whose result does not depend on where its cells lie (tiles of cells do)."""
+    model.clear()
+    for sequence, tokens in ((1, other), (0, history)):
+        for start in range(0, len(tokens), 8):
+            chunk = tokens[start : start + 8]
+            model.decode([(token, start + i, sequence, False) for i, token in enumerate(chunk)])
+    logits = []
+    for step in range(steps):
+        batch = [(history[step], len(history) + step, 0, True)]
+        if other_decodes:
+            batch.append((other[step], len(other) + step, 1, True))
+        model.decode(batch)
+        logits.append(model.logits(0).copy())
+    return logits
+
+
+def assert_bitwise_equal(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    for step, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), f"step {step} differs"
+
+
+@pytest.mark.parametrize(("history", "idle"), [(100, 200), (300, 200), (300, 700)])
+def test_a_decode_gets_the_same_logits_whatever_else_the_cache_holds(history: int, idle: int) -> None:
+    """Patch 0006: a one-row decode visits the cells it sees. Stock splits it over all cells from 512 on, so the
+    cells of an idle conversation moved where the split cut the sequence's own cells, and the last bits with it."""
+    model = LlamaModel(str(model_path(SMOLLM)), ContextShape(kv_cells=4096, sequences=8, threads=2))
+    try:
+        ids = model.tokenize(" ".join(PROMPTS * 20), True)
+        alone = decode_logits(model, ids[:history], [], steps=6)
+        assert_bitwise_equal(alone, decode_logits(model, ids[:history], ids[-idle:], steps=6))
+    finally:
+        model.close()
+
+
+def test_a_long_decode_gets_the_same_logits_alone_as_in_a_batch() -> None:
+    """Patch 0006: with at least as many heads as threads (SmolLM2: 9 and 2), a one-row decode takes the row kernel
+    that each row of a batch takes. Stock split it over the cells once they were 512 or more."""
+    model = LlamaModel(str(model_path(SMOLLM)), ContextShape(kv_cells=4096, sequences=8, threads=2))
+    try:
+        ids = model.tokenize(" ".join(PROMPTS * 20), True)
+        history, other = ids[:300], ids[-300:]
+        alone = decode_logits(model, history, other, steps=6)
+        assert_bitwise_equal(alone, decode_logits(model, history, other, steps=6, other_decodes=True))
+    finally:
+        model.close()
