@@ -177,14 +177,21 @@ def test_a_short_one_sequence_batch_gets_what_its_rows_get_in_a_tile(cached: int
 
 
 def decode_logits(
-    model: LlamaModel, history: list[int], other: list[int], steps: int, other_decodes: bool = False
+    model: LlamaModel,
+    history: list[int],
+    other: list[int],
+    steps: int,
+    other_decodes: bool = False,
+    other_first: bool = True,
 ) -> list[np.ndarray]:
     """The logits of `steps` one-token decodes of a sequence after `history`, with `other` cells of a second sequence
-    evaluated first (so that they lie before the first sequence's cells), idle or, with `other_decodes`, decoding a
-    token in the same batch at each step. Both histories are fed 8 rows at a time: below 16 rows a batch takes the
-    row kernel, whose result does not depend on where its cells lie (tiles of cells do)."""
+    evaluated before it (so that they lie before its cells) or, without `other_first`, after its history (between
+    its history and its new tokens). The second sequence is idle or, with `other_decodes`, decodes a token in the
+    same batch at each step. Both histories are fed 8 rows at a time: below 16 rows a batch takes the row kernel,
+    whose result does not depend on where its cells lie (tiles of cells do)."""
     model.clear()
-    for sequence, tokens in ((1, other), (0, history)):
+    order = ((1, other), (0, history)) if other_first else ((0, history), (1, other))
+    for sequence, tokens in order:
         for start in range(0, len(tokens), 8):
             chunk = tokens[start : start + 8]
             model.decode([(token, start + i, sequence, False) for i, token in enumerate(chunk)])
@@ -203,22 +210,36 @@ def assert_bitwise_equal(a: list[np.ndarray], b: list[np.ndarray]) -> None:
         assert np.array_equal(x.view(np.uint32), y.view(np.uint32)), f"step {step} differs"
 
 
-@pytest.mark.parametrize(("history", "idle"), [(100, 200), (300, 200), (300, 700)])
-def test_a_decode_gets_the_same_logits_whatever_else_the_cache_holds(history: int, idle: int) -> None:
-    """Patch 0006: a one-row decode visits the cells it sees. Stock splits it over all cells from 512 on, so the
-    cells of an idle conversation moved where the split cut the sequence's own cells, and the last bits with it."""
-    model = LlamaModel(str(model_path(SMOLLM)), ContextShape(kv_cells=4096, sequences=8, threads=2))
+@pytest.mark.parametrize(
+    ("threads", "history", "idle", "idle_first"),
+    [
+        (2, 100, 200, True),
+        (2, 300, 200, True),
+        (2, 300, 700, True),
+        (2, 300, 700, False),
+        (4, 600, 300, True),
+    ],
+)
+def test_a_decode_gets_the_same_logits_whatever_else_the_cache_holds(
+    threads: int, history: int, idle: int, idle_first: bool
+) -> None:
+    """Patch 0006: a one-row decode visits the cells it sees. Stock splits it over all cells once they span 512, so
+    the cells of an idle conversation moved where the split cut the sequence's own cells, and the last bits with it.
+    SmolLM2's 9 heads share evenly among 2 threads (the row kernel), not among 4 (a split of the visible cells)."""
+    model = LlamaModel(str(model_path(SMOLLM)), ContextShape(kv_cells=4096, sequences=8, threads=threads))
     try:
         ids = model.tokenize(" ".join(PROMPTS * 20), True)
         alone = decode_logits(model, ids[:history], [], steps=6)
-        assert_bitwise_equal(alone, decode_logits(model, ids[:history], ids[-idle:], steps=6))
+        assert_bitwise_equal(
+            alone, decode_logits(model, ids[:history], ids[-idle:], steps=6, other_first=idle_first)
+        )
     finally:
         model.close()
 
 
 def test_a_long_decode_gets_the_same_logits_alone_as_in_a_batch() -> None:
-    """Patch 0006: with at least as many heads as threads (SmolLM2: 9 and 2), a one-row decode takes the row kernel
-    that each row of a batch takes. Stock split it over the cells once they were 512 or more."""
+    """Patch 0006: when its heads share evenly among the threads (SmolLM2: 9 heads on 2), a one-row decode takes the
+    row kernel that each row of a batch takes. Stock split it over the cells once they spanned 512."""
     model = LlamaModel(str(model_path(SMOLLM)), ContextShape(kv_cells=4096, sequences=8, threads=2))
     try:
         ids = model.tokenize(" ".join(PROMPTS * 20), True)
